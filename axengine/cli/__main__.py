@@ -1,0 +1,5 @@
+import sys
+
+from axengine.cli import main
+
+sys.exit(main())

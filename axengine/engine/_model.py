@@ -1,0 +1,221 @@
+"""Records the engine keeps in the state store: tasks, node snapshots and events.
+
+They are plain frozen dataclasses so the transition rules can be pure functions
+(``dataclasses.replace`` in, writes out). ``axengine.codec`` maps them to and from the
+protobuf messages of ``proto/ax/v1`` that are stored as values.
+
+Times are UNIX seconds (float); 0 means "not set".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+__all__ = [
+    "ACTIVE_STATES",
+    "FINAL_STATES",
+    "BlobRef",
+    "Event",
+    "NextHop",
+    "NodeState",
+    "Snapshot",
+    "TaskRecord",
+    "TaskStatus",
+]
+
+
+class NodeState(StrEnum):
+    """Life cycle of one node of one task (DESIGN §3)."""
+
+    PENDING = "PENDING"  #: not reachable yet
+    WAITING = "WAITING"  #: ready; queued (or backing off until ``not_before``)
+    RUNNING = "RUNNING"  #: claimed under a lease and a fence
+    PAUSED = "PAUSED"  #: waiting on a human or external resource; clock stopped
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"  #: failed for good; ``on_failure`` route taken if the node has one
+    SKIPPED = "SKIPPED"  #: no taken edge can reach it
+    DEAD = "DEAD"  #: deadline passed or attempts exhausted with no failure route
+    CANCELLED = "CANCELLED"
+
+
+#: States in which a node still holds the task open.
+ACTIVE_STATES = frozenset({NodeState.WAITING, NodeState.RUNNING, NodeState.PAUSED})
+#: States a node never leaves (except through an explicit admin ``retry``).
+FINAL_STATES = frozenset(
+    {NodeState.SUCCEEDED, NodeState.FAILED, NodeState.SKIPPED, NodeState.DEAD,
+     NodeState.CANCELLED}
+)
+
+
+class TaskStatus(StrEnum):
+    """Status of a task, derived from its nodes."""
+
+    RUNNING = "RUNNING"
+    PAUSED = "PAUSED"  #: nothing runnable; at least one gate waits for a decision
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    DEAD = "DEAD"
+    CANCELLED = "CANCELLED"
+
+    @property
+    def final(self) -> bool:
+        return self in (
+            TaskStatus.SUCCEEDED, TaskStatus.FAILED, TaskStatus.DEAD, TaskStatus.CANCELLED
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class BlobRef:
+    """A payload kept outside the store: content-addressed URI, sha256 and size."""
+
+    uri: str
+    sha256: str
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class NextHop:
+    """A decided edge: cached at commit time, never re-evaluated on resume."""
+
+    target_node_id: str
+    is_taken: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """The durable state of one node of one task (``/ax/snapshots/{task}/{node}``).
+
+    Attributes:
+        state: Current :class:`NodeState`.
+        attempt: Attempts started so far (claims); ``retry_count`` is ``attempt - 1``.
+        fence: Increases on every claim; only the current fence may commit.
+        owner: Worker id holding the lease.
+        lease_until: Lease expiry (renewed by heartbeats).
+        heartbeat_at: Last heartbeat (the process is alive).
+        progress_at: Last business checkpoint (the work advanced).
+        progress_marker: Name of that checkpoint.
+        input: Rendered input (None when kept in a blob, see ``input_ref``).
+        input_ref: Blob holding the rendered input when it is large.
+        input_revision: sha256 of the rendered input; base of side-effect keys.
+        output: Output (None when in a blob, see ``output_ref``).
+        output_ref: Blob holding the output when it is large.
+        output_sha256: sha256 of the canonical output JSON (repeat detection).
+        next_hops: Edges decided at commit.
+        error: Last error message.
+        error_retryable: Whether that error was retryable.
+        evidence: Why a dependency was unavailable (node kept WAITING).
+        ready_at: When the node last became WAITING (queue age).
+        not_before: Earliest time the node may be claimed (retry backoff).
+        started_at: When the current attempt was claimed.
+        finished_at: When the node reached a final state.
+        paused_at: When the node was paused (0 when not paused).
+        paused_seconds: Time spent paused, not counted as node time.
+        gate_until: ``human_gateway``: when the wait for a decision expires.
+        decision: ``human_gateway``: {decision, by, at, comment} once decided.
+        last_updated: Time of the last write.
+    """
+
+    task_id: str
+    node_id: str
+    state: NodeState = NodeState.PENDING
+    attempt: int = 0
+    fence: int = 0
+    owner: str = ""
+    lease_until: float = 0.0
+    heartbeat_at: float = 0.0
+    progress_at: float = 0.0
+    progress_marker: str = ""
+    input: Any = None
+    input_ref: BlobRef | None = None
+    input_revision: str = ""
+    output: Any = None
+    output_ref: BlobRef | None = None
+    output_sha256: str = ""
+    next_hops: tuple[NextHop, ...] = ()
+    error: str = ""
+    error_retryable: bool = False
+    evidence: str = ""
+    ready_at: float = 0.0
+    not_before: float = 0.0
+    started_at: float = 0.0
+    finished_at: float = 0.0
+    paused_at: float = 0.0
+    paused_seconds: float = 0.0
+    gate_until: float = 0.0
+    decision: Mapping[str, Any] | None = None
+    last_updated: float = 0.0
+
+    @property
+    def retry_count(self) -> int:
+        return max(self.attempt - 1, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRecord:
+    """A submitted task (``/ax/tasks/{task_id}``).
+
+    Attributes:
+        dag_hash: Content hash of the DAG version the task runs.
+        input: Task input (None when in a blob, see ``input_ref``).
+        status: Derived :class:`TaskStatus`.
+        priority: Higher runs first within a lane.
+        deadline: Absolute deadline (0: none); work past it goes DEAD.
+        idempotency_key: Client-chosen key ("" if none).
+        payload_sha256: sha256 of (dag hash, input, labels, deadline, priority); the same
+            key with another payload is a conflict.
+        counts: Number of nodes per :class:`NodeState` value.
+    """
+
+    task_id: str
+    dag_hash: str
+    dag_name: str
+    input: Any = None
+    input_ref: BlobRef | None = None
+    status: TaskStatus = TaskStatus.RUNNING
+    priority: int = 0
+    deadline: float = 0.0
+    labels: Mapping[str, str] = field(default_factory=dict)
+    idempotency_key: str = ""
+    payload_sha256: str = ""
+    counts: Mapping[str, int] = field(default_factory=dict)
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    finished_at: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    """One transition in a task's timeline (``/ax/events/{task_id}/{event_id}``).
+
+    Events are ordered by the store revision that wrote them; ``event_id`` is unique
+    (time-ordered plus random) so concurrent transitions never collide.
+
+    Attributes:
+        event_id: Key suffix, unique per task.
+        seq: Store revision that committed the event (filled when read back; 0 before).
+        kind: What happened: ``submitted``, ``ready``, ``claimed``, ``progress``,
+            ``committed``, ``retry``, ``unavailable``, ``failed``, ``dead``, ``skipped``,
+            ``paused``, ``decided``, ``lease_expired``, ``cancelled``, ``retried``,
+            ``task_finished``.
+        node_id: Node concerned ("" for task-level events).
+        state: Node state (or task status) after the transition.
+        attempt: Node attempt at the time.
+        fence: Node fence at the time.
+        actor: Who caused it (worker id, ``reconciler``, user name, ``api``).
+        detail: Free text (error, decision comment, chosen edges...).
+    """
+
+    task_id: str
+    event_id: str
+    kind: str
+    at: float
+    seq: int = 0
+    node_id: str = ""
+    state: str = ""
+    attempt: int = 0
+    fence: int = 0
+    actor: str = ""
+    detail: str = ""

@@ -1,0 +1,150 @@
+"""The small contract between ax and the code that does a node's work.
+
+Handlers depend on this module only — never on the control plane — so the same handler
+runs in-process, in a subprocess, or in a Kubernetes Job container.
+
+A handler is a plain callable ``handle(request, ctx) -> Outcome``. It may block (it runs
+in a worker thread); it reports liveness with ``ctx.heartbeat()``, business progress with
+``ctx.progress(marker)``, and must stop soon after either returns False (its fence went
+stale: another worker owns the node now) or ``ctx.cancelled`` becomes true.
+
+Side effects (email, payment, vendor job) go through ``ctx.effect(key)``: the outbox
+record makes a retried send either skipped (already DONE) or reported UNKNOWN for a
+person — never silently repeated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+__all__ = [
+    "Effect",
+    "EffectState",
+    "Failure",
+    "Handler",
+    "NodeContext",
+    "NodeRequest",
+    "Outcome",
+    "Success",
+    "Unavailable",
+]
+
+EffectState = Literal["NEW", "SENDING", "DONE", "UNKNOWN"]
+
+
+@dataclass(frozen=True)
+class NodeRequest:
+    """What a handler is asked to do.
+
+    Attributes:
+        task_id: Task id.
+        node_id: Node id.
+        node_type: ``llm_call`` or ``tool_call``.
+        attempt: 1-based attempt number.
+        fence: The fence this attempt holds.
+        config: The node's static fields from the DAG (``tool``, ``model``,
+            ``temperature``, ``max_tokens``, ``fallback``, ``timeout``...), with the
+            ``prompt`` already rendered by the API.
+        input: The node's rendered input (any JSON value).
+        labels: Task labels.
+        input_revision: Stable hash of (task, node, rendered input); the base of
+            side-effect idempotency keys.
+    """
+
+    task_id: str
+    node_id: str
+    node_type: str
+    attempt: int
+    fence: int
+    config: Mapping[str, Any]
+    input: Any
+    labels: Mapping[str, str] = field(default_factory=dict)
+    input_revision: str = ""
+
+
+@dataclass(frozen=True)
+class Success:
+    """The node produced ``output`` (any JSON value)."""
+
+    output: Any
+
+
+@dataclass(frozen=True)
+class Failure:
+    """The node failed. ``retryable=False`` skips the remaining attempts."""
+
+    message: str
+    retryable: bool = True
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Unavailable:
+    """A dependency the node needs is down (circuit open, 503, model outage).
+
+    The node stays WAITING with ``evidence`` and does not spend an attempt. It never
+    turns into a pass.
+    """
+
+    dependency: str
+    evidence: str
+
+
+Outcome = Success | Failure | Unavailable
+
+
+class Effect(Protocol):
+    """An outbox record for one side effect, keyed by a stable idempotency key."""
+
+    @property
+    def key(self) -> str: ...
+
+    def state(self) -> EffectState:
+        """Current state of the record."""
+        ...
+
+    def begin(self) -> EffectState:
+        """Try NEW → SENDING atomically. Returns the state *before* the call: ``NEW``
+        means "you may perform the effect now"; ``DONE`` means it was already done
+        (read ``result()``); ``SENDING``/``UNKNOWN`` mean an earlier attempt may or may
+        not have performed it — the record is now UNKNOWN and a person must decide."""
+        ...
+
+    def done(self, result: Mapping[str, Any]) -> None:
+        """SENDING → DONE with ``result``."""
+        ...
+
+    def result(self) -> Mapping[str, Any] | None:
+        """The result recorded by :meth:`done`, if any."""
+        ...
+
+
+class NodeContext(Protocol):
+    """What a running handler may do besides computing its result."""
+
+    @property
+    def cancelled(self) -> bool:
+        """True once the run must stop (stale fence, cancellation, timeout)."""
+        ...
+
+    @property
+    def settings(self) -> Mapping[str, Any]:
+        """Runtime settings for handlers (simulated model behaviour, SMTP host...)."""
+        ...
+
+    def heartbeat(self) -> bool:
+        """Renew the lease. False: the fence is stale; stop now."""
+        ...
+
+    def progress(self, marker: str) -> bool:
+        """Record a business checkpoint. False: the fence is stale; stop now."""
+        ...
+
+    def effect(self, key: str) -> Effect:
+        """The outbox record for side effect ``key`` (created on first use)."""
+        ...
+
+
+Handler = Callable[[NodeRequest, NodeContext], Outcome]
