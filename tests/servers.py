@@ -126,6 +126,9 @@ def start_etcd() -> Server:
         "--initial-cluster", f"ax-test=http://127.0.0.1:{peer}",
         "--log-level", "error",
         "--quota-backend-bytes", str(2 * 1024**3),
+        # ax writes one transaction per transition; a wide fan-out readies many nodes at once.
+        "--max-txn-ops", "20000",
+        "--max-request-bytes", str(32 * 1024**2),
     ]
     server = Server("etcd", port, data, argv, log=data / "etcd.log")
     server.start()

@@ -108,6 +108,8 @@ class Node:
         queue_timeout: Seconds a ready node may wait for a worker before it is DEAD
             (None: no bound besides the task deadline).
         lane: Queue lane (``default`` or ``fast``).
+        simulate: ``llm_call``/``tool_call``: behaviour of the simulated model or tool
+            (latency, failures, outputs) used when no real provider is configured.
         line: Source line of the node, for messages.
     """
 
@@ -130,6 +132,7 @@ class Node:
     stall_timeout: float | None = None
     queue_timeout: float | None = None
     lane: str = "default"
+    simulate: Mapping[str, Any] | None = None
     line: int = field(default=0, compare=False)
 
     @property
@@ -153,6 +156,7 @@ class Node:
         for name in (
             "description", "input", "tool", "model", "prompt", "temperature", "max_tokens",
             "expression", "on_failure", "on_timeout", "stall_timeout", "queue_timeout",
+            "simulate",
         ):
             value = getattr(self, name)
             if value is not None:
@@ -190,6 +194,7 @@ class Node:
             stall_timeout=data.get("stall_timeout"),
             queue_timeout=data.get("queue_timeout"),
             lane=data.get("lane", "default"),
+            simulate=data.get("simulate"),
         )
 
 
