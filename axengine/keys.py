@@ -64,3 +64,7 @@ class QueueKeys:
 
     def workers(self) -> str:
         return f"{self.prefix}:workers"
+
+    def lanes(self) -> str:
+        """Set of lane names ever enqueued to, so ``queued()`` can read every lane."""
+        return f"{self.prefix}:lanes"

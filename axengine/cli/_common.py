@@ -1,0 +1,94 @@
+"""Helpers shared by the CLI commands: options, runtime, printing."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from axengine.config import AxConfig
+from axengine.engine import Event, TaskView
+from axengine.errors import AxError
+
+__all__ = [
+    "EXIT_FAILED",
+    "EXIT_OK",
+    "EXIT_PAUSED",
+    "EXIT_USAGE",
+    "add_home",
+    "config_of",
+    "fail",
+    "format_event",
+    "node_table",
+    "parse_json_arg",
+]
+
+EXIT_OK = 0
+#: The task ended FAILED, DEAD or CANCELLED.
+EXIT_FAILED = 1
+#: Bad arguments or input (also: a DAG that does not validate).
+EXIT_USAGE = 2
+#: The task waits at a human gate; the message names the gate and the command.
+EXIT_PAUSED = 3
+
+
+def add_home(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--home", default=None,
+                        help="directory of the embedded store (default: $AX_HOME or .ax)")
+
+
+def config_of(args: argparse.Namespace) -> AxConfig:
+    return AxConfig.from_env(home=getattr(args, "home", None))
+
+
+def fail(message: str, code: int = EXIT_USAGE) -> int:
+    print(f"ax: error: {message}", file=sys.stderr)
+    return code
+
+
+def parse_json_arg(value: str | None, what: str) -> Any:
+    """A JSON document given inline or as a path to a file holding it."""
+    if value is None:
+        return None
+    path = Path(value)
+    text = value
+    if not value.lstrip().startswith(("{", "[", '"')) and path.exists():
+        text = path.read_text(encoding="utf-8")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        source = str(path) if text is not value else "the argument"
+        raise AxError(f"{what}: {source} is not valid JSON (line {exc.lineno}: {exc.msg})") \
+            from exc
+
+
+def format_event(event: Event, t0: float) -> str:
+    detail = f"  {event.detail}" if event.detail else ""
+    attempt = f" #{event.attempt}" if event.kind == "claimed" else ""
+    who = event.node_id or "task"
+    return f"  +{event.at - t0:7.2f}s  {who:<24} {event.kind}{attempt}{detail}"
+
+
+def node_table(view: TaskView) -> str:
+    rows = [("NODE", "TYPE", "STATE", "ATTEMPT", "FENCE", "NEXT / ERROR")]
+    for nid, snap in view.snapshots.items():
+        node = view.dag.nodes[nid]
+        taken = ", ".join(h.target_node_id for h in snap.next_hops if h.is_taken)
+        note = snap.error or snap.evidence or (f"-> {taken}" if taken else "")
+        rows.append((nid, node.type, snap.state.value, str(snap.attempt), str(snap.fence),
+                     note[:70]))
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    return "\n".join(
+        "  " + "  ".join(c.ljust(w) for c, w in zip(r[:5], widths, strict=True)) + "  " + r[5]
+        for r in rows)
+
+
+def print_timeline(events: Sequence[Event]) -> None:
+    if not events:
+        return
+    t0 = events[0].at
+    for event in events:
+        print(format_event(event, t0))

@@ -1,0 +1,461 @@
+"""Map the engine's records to and from the protobuf bytes kept in the state store.
+
+Every value under ``/ax/tasks``, ``/ax/snapshots``, ``/ax/events`` and ``/ax/effects`` is
+one message of ``proto/ax/v1/ax.proto`` (``Task``, ``TaskSnapshot``, ``Event``,
+``EffectRecord``). This module is the only place that knows the field mapping; it is
+called on every transition, so it is written out field by field rather than driven by
+reflection.
+
+Round trips are exact: ``decode_x(encode_x(r)) == r`` for every field, because
+
+- times stay UNIX seconds in ``double`` fields (the engine's floats, bit for bit). The
+  seed's ``TaskSnapshot.last_updated`` is a ``google.protobuf.Timestamp`` filled for
+  seed-era readers; ``last_updated_unix`` carries the exact float next to it, and the
+  Timestamp is only read back when that field is absent (a message a seed tool wrote);
+- JSON values (inputs, outputs, decisions, effect results) are stored as canonical
+  JSON text (:func:`canonical_json`), which Python's ``json`` reads back to equal
+  values. Only JSON round-trips: tuples come back as lists and object keys must be
+  strings; NaN and infinities are refused.
+
+Seed compatibility fields of ``TaskSnapshot`` are written but never trusted on decode:
+``status`` (legacy lowercase name of ``state``), ``retry_count`` (``attempt - 1``) and
+``input_params`` (top-level keys of an object input). The one exception: a message with
+no ``state`` (written by a seed-era tool) takes its state from ``status``.
+
+Errors: encoding raises ``TypeError`` for a value that is not JSON and ``ValueError``
+for a non-finite float or an integer out of its field's range; decoding raises
+``ValueError`` for bytes that are not the expected message or hold an unknown enum value
+or malformed JSON. Both mean a bug or a corrupt store, never a condition to retry.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from axengine.records import (
+    BlobRef,
+    Event,
+    NextHop,
+    NodeState,
+    Snapshot,
+    TaskRecord,
+    TaskStatus,
+)
+from executors.contract import EffectState
+
+__all__ = [
+    "EffectRecord",
+    "canonical_json",
+    "decode_effect",
+    "decode_event",
+    "decode_snapshot",
+    "decode_task",
+    "encode_effect",
+    "encode_event",
+    "encode_snapshot",
+    "encode_task",
+]
+
+# The generated stubs (ax_pb2.pyi) need types-protobuf, which ax does not depend on;
+# loading the modules dynamically keeps them untyped (Any) for mypy, as pyproject
+# intends for ``proto.*``, instead of failing on the stubs' own imports.
+_pb: Any = importlib.import_module("proto.ax.v1.ax_pb2")
+_DecodeError: type[Exception] = importlib.import_module("google.protobuf.message").DecodeError
+
+_TaskSnapshotPb: Any = _pb.TaskSnapshot
+_NextHopPb: Any = _pb.TaskSnapshot.NextHop
+_TaskPb: Any = _pb.Task
+_EventPb: Any = _pb.Event
+_EffectRecordPb: Any = _pb.EffectRecord
+_BlobRefPb: Any = _pb.BlobRef
+
+_ENCODER: Final = json.JSONEncoder(
+    separators=(",", ":"), sort_keys=True, ensure_ascii=False, allow_nan=False
+)
+
+#: Range of ``google.protobuf.Timestamp`` (0001-01-01 to 9999-12-31, UTC).
+_TIMESTAMP_MIN: Final = -62_135_596_800
+_TIMESTAMP_MAX: Final = 253_402_300_799
+
+_NODE_STATE_TO_PB: Final[dict[NodeState, int]] = {
+    NodeState.PENDING: _pb.NODE_STATE_PENDING,
+    NodeState.WAITING: _pb.NODE_STATE_WAITING,
+    NodeState.RUNNING: _pb.NODE_STATE_RUNNING,
+    NodeState.PAUSED: _pb.NODE_STATE_PAUSED,
+    NodeState.SUCCEEDED: _pb.NODE_STATE_SUCCEEDED,
+    NodeState.FAILED: _pb.NODE_STATE_FAILED,
+    NodeState.SKIPPED: _pb.NODE_STATE_SKIPPED,
+    NodeState.DEAD: _pb.NODE_STATE_DEAD,
+    NodeState.CANCELLED: _pb.NODE_STATE_CANCELLED,
+}
+_NODE_STATE_FROM_PB: Final = {v: k for k, v in _NODE_STATE_TO_PB.items()}
+
+#: ``TaskSnapshot.status``: the seed's lowercase names (it said ``success``, not
+#: ``succeeded``), extended one to one to the states the seed did not have.
+_LEGACY_STATUS: Final[dict[NodeState, str]] = {
+    NodeState.PENDING: "pending",
+    NodeState.WAITING: "waiting",
+    NodeState.RUNNING: "running",
+    NodeState.PAUSED: "paused",
+    NodeState.SUCCEEDED: "success",
+    NodeState.FAILED: "failed",
+    NodeState.SKIPPED: "skipped",
+    NodeState.DEAD: "dead",
+    NodeState.CANCELLED: "cancelled",
+}
+_STATE_FROM_LEGACY: Final = {v: k for k, v in _LEGACY_STATUS.items()}
+
+_TASK_STATUS_TO_PB: Final[dict[TaskStatus, int]] = {
+    TaskStatus.RUNNING: _pb.TASK_STATUS_RUNNING,
+    TaskStatus.PAUSED: _pb.TASK_STATUS_PAUSED,
+    TaskStatus.SUCCEEDED: _pb.TASK_STATUS_SUCCEEDED,
+    TaskStatus.FAILED: _pb.TASK_STATUS_FAILED,
+    TaskStatus.DEAD: _pb.TASK_STATUS_DEAD,
+    TaskStatus.CANCELLED: _pb.TASK_STATUS_CANCELLED,
+}
+_TASK_STATUS_FROM_PB: Final = {v: k for k, v in _TASK_STATUS_TO_PB.items()}
+
+_EFFECT_STATE_TO_PB: Final[dict[str, int]] = {
+    "NEW": _pb.EFFECT_STATE_NEW,
+    "SENDING": _pb.EFFECT_STATE_SENDING,
+    "DONE": _pb.EFFECT_STATE_DONE,
+    "UNKNOWN": _pb.EFFECT_STATE_UNKNOWN,
+}
+_EFFECT_STATE_FROM_PB: Final[dict[int, EffectState]] = {
+    _pb.EFFECT_STATE_NEW: "NEW",
+    _pb.EFFECT_STATE_SENDING: "SENDING",
+    _pb.EFFECT_STATE_DONE: "DONE",
+    _pb.EFFECT_STATE_UNKNOWN: "UNKNOWN",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class EffectRecord:
+    """A side-effect outbox record (``/ax/effects/{key}``).
+
+    Attributes:
+        key: Stable idempotency key (task, node, input revision, effect name).
+        state: ``NEW``, ``SENDING``, ``DONE`` or ``UNKNOWN`` (see
+            :class:`executors.contract.Effect`).
+        result: What the effect returned, once ``DONE``.
+        task_id: Task that owns the effect.
+        node_id: Node that owns the effect.
+        updated_at: Time of the last write (UNIX seconds).
+    """
+
+    key: str
+    state: EffectState
+    result: Mapping[str, Any] | None = None
+    task_id: str = ""
+    node_id: str = ""
+    updated_at: float = 0.0
+
+
+def canonical_json(value: Any) -> str:
+    """Render a JSON value the way ax stores and hashes it.
+
+    Compact separators, sorted keys, UTF-8 text (no ``\\u`` escapes for non-ASCII), and
+    no NaN or infinities, so equal values always give equal text.
+
+    Raises:
+        TypeError: ``value`` holds something JSON cannot represent.
+        ValueError: ``value`` holds a NaN or an infinity.
+    """
+    return _ENCODER.encode(value)
+
+
+def encode_snapshot(s: Snapshot) -> bytes:
+    """Serialize a node snapshot as an ``ax.v1.TaskSnapshot``.
+
+    Raises:
+        TypeError: The input, output or decision is not JSON.
+        ValueError: A float in them is not finite, or an integer is out of range.
+    """
+    inp = s.input
+    msg = _TaskSnapshotPb(
+        task_id=s.task_id,
+        node_id=s.node_id,
+        status=_LEGACY_STATUS[s.state],
+        retry_count=max(s.attempt - 1, 0),
+        input_params=_input_params(inp) if isinstance(inp, Mapping) else None,
+        output_json=_json_or_empty(s.output),
+        next_hops=[_NextHopPb(target_node_id=h.target_node_id, is_taken=h.is_taken)
+                   for h in s.next_hops],
+        state=_NODE_STATE_TO_PB[s.state],
+        attempt=s.attempt,
+        fence=s.fence,
+        owner=s.owner,
+        lease_until=s.lease_until,
+        heartbeat_at=s.heartbeat_at,
+        progress_at=s.progress_at,
+        progress_marker=s.progress_marker,
+        input_json=_json_or_empty(inp),
+        input_ref=_blob_to_pb(s.input_ref),
+        input_revision=s.input_revision,
+        output_ref=_blob_to_pb(s.output_ref),
+        output_sha256=s.output_sha256,
+        error=s.error,
+        error_retryable=s.error_retryable,
+        evidence=s.evidence,
+        ready_at=s.ready_at,
+        not_before=s.not_before,
+        started_at=s.started_at,
+        finished_at=s.finished_at,
+        paused_at=s.paused_at,
+        paused_seconds=s.paused_seconds,
+        gate_until=s.gate_until,
+        decision_json=_json_or_empty(s.decision),
+        last_updated_unix=s.last_updated,
+    )
+    t = s.last_updated
+    # The Timestamp is only for the seed's readers; a value it cannot hold is skipped
+    # (last_updated_unix still has it).
+    if t and _TIMESTAMP_MIN <= t < _TIMESTAMP_MAX + 1:
+        seconds = math.floor(t)
+        stamp = msg.last_updated
+        stamp.seconds = seconds
+        stamp.nanos = min(round((t - seconds) * 1e9), 999_999_999)
+    data: bytes = msg.SerializeToString()
+    return data
+
+
+def decode_snapshot(data: bytes) -> Snapshot:
+    """Parse bytes written by :func:`encode_snapshot` (or by a seed-era tool).
+
+    Raises:
+        ValueError: ``data`` is not a ``TaskSnapshot``, has no known state, or holds
+            malformed JSON.
+    """
+    m = _parse(_TaskSnapshotPb, data)
+    state = _NODE_STATE_FROM_PB.get(m.state)
+    if state is None:
+        state = _STATE_FROM_LEGACY.get(m.status)
+        if state is None:
+            raise ValueError(
+                f"TaskSnapshot {m.task_id}/{m.node_id}: unknown state {m.state} "
+                f"and status {m.status!r}"
+            )
+    last_updated: float = m.last_updated_unix
+    if not last_updated and m.HasField("last_updated"):
+        stamp = m.last_updated
+        last_updated = stamp.seconds + stamp.nanos / 1e9
+    return Snapshot(
+        task_id=m.task_id,
+        node_id=m.node_id,
+        state=state,
+        attempt=m.attempt,
+        fence=m.fence,
+        owner=m.owner,
+        lease_until=m.lease_until,
+        heartbeat_at=m.heartbeat_at,
+        progress_at=m.progress_at,
+        progress_marker=m.progress_marker,
+        input=_json_or_none(m.input_json),
+        input_ref=_blob_from_pb(m.input_ref) if m.HasField("input_ref") else None,
+        input_revision=m.input_revision,
+        output=_json_or_none(m.output_json),
+        output_ref=_blob_from_pb(m.output_ref) if m.HasField("output_ref") else None,
+        output_sha256=m.output_sha256,
+        next_hops=tuple(NextHop(h.target_node_id, h.is_taken) for h in m.next_hops),
+        error=m.error,
+        error_retryable=m.error_retryable,
+        evidence=m.evidence,
+        ready_at=m.ready_at,
+        not_before=m.not_before,
+        started_at=m.started_at,
+        finished_at=m.finished_at,
+        paused_at=m.paused_at,
+        paused_seconds=m.paused_seconds,
+        gate_until=m.gate_until,
+        decision=_json_object_or_none(m.decision_json, "decision_json"),
+        last_updated=last_updated,
+    )
+
+
+def encode_task(t: TaskRecord) -> bytes:
+    """Serialize a task as an ``ax.v1.Task``.
+
+    Raises:
+        TypeError: The input is not JSON.
+        ValueError: A float in it is not finite, or an integer is out of range.
+    """
+    data: bytes = _TaskPb(
+        task_id=t.task_id,
+        dag_hash=t.dag_hash,
+        dag_name=t.dag_name,
+        input_json=_json_or_empty(t.input),
+        input_ref=_blob_to_pb(t.input_ref),
+        status=_TASK_STATUS_TO_PB[t.status],
+        priority=t.priority,
+        deadline=t.deadline,
+        labels=t.labels,
+        idempotency_key=t.idempotency_key,
+        payload_sha256=t.payload_sha256,
+        counts=t.counts,
+        created_at=t.created_at,
+        updated_at=t.updated_at,
+        finished_at=t.finished_at,
+    ).SerializeToString()
+    return data
+
+
+def decode_task(data: bytes) -> TaskRecord:
+    """Parse bytes written by :func:`encode_task`.
+
+    Raises:
+        ValueError: ``data`` is not a ``Task``, has no known status, or holds malformed
+            JSON.
+    """
+    m = _parse(_TaskPb, data)
+    status = _TASK_STATUS_FROM_PB.get(m.status)
+    if status is None:
+        raise ValueError(f"Task {m.task_id}: unknown status {m.status}")
+    return TaskRecord(
+        task_id=m.task_id,
+        dag_hash=m.dag_hash,
+        dag_name=m.dag_name,
+        input=_json_or_none(m.input_json),
+        input_ref=_blob_from_pb(m.input_ref) if m.HasField("input_ref") else None,
+        status=status,
+        priority=m.priority,
+        deadline=m.deadline,
+        labels=dict(m.labels),
+        idempotency_key=m.idempotency_key,
+        payload_sha256=m.payload_sha256,
+        counts=dict(m.counts),
+        created_at=m.created_at,
+        updated_at=m.updated_at,
+        finished_at=m.finished_at,
+    )
+
+
+def encode_event(e: Event) -> bytes:
+    """Serialize a timeline event as an ``ax.v1.Event``.
+
+    Raises:
+        ValueError: An integer is out of its field's range.
+    """
+    data: bytes = _EventPb(
+        task_id=e.task_id,
+        event_id=e.event_id,
+        seq=e.seq,
+        kind=e.kind,
+        at=e.at,
+        node_id=e.node_id,
+        state=e.state,
+        attempt=e.attempt,
+        fence=e.fence,
+        actor=e.actor,
+        detail=e.detail,
+    ).SerializeToString()
+    return data
+
+
+def decode_event(data: bytes) -> Event:
+    """Parse bytes written by :func:`encode_event`.
+
+    Raises:
+        ValueError: ``data`` is not an ``Event``.
+    """
+    m = _parse(_EventPb, data)
+    return Event(
+        task_id=m.task_id,
+        event_id=m.event_id,
+        kind=m.kind,
+        at=m.at,
+        seq=m.seq,
+        node_id=m.node_id,
+        state=m.state,
+        attempt=m.attempt,
+        fence=m.fence,
+        actor=m.actor,
+        detail=m.detail,
+    )
+
+
+def encode_effect(r: EffectRecord) -> bytes:
+    """Serialize an outbox record as an ``ax.v1.EffectRecord``.
+
+    Raises:
+        TypeError: The result is not JSON.
+        ValueError: The state is not an effect state, or a float in the result is not
+            finite.
+    """
+    state = _EFFECT_STATE_TO_PB.get(r.state)
+    if state is None:
+        raise ValueError(f"effect {r.key}: unknown state {r.state!r}")
+    data: bytes = _EffectRecordPb(
+        key=r.key,
+        state=state,
+        result_json=_json_or_empty(r.result),
+        updated_at=r.updated_at,
+        task_id=r.task_id,
+        node_id=r.node_id,
+    ).SerializeToString()
+    return data
+
+
+def decode_effect(data: bytes) -> EffectRecord:
+    """Parse bytes written by :func:`encode_effect`.
+
+    Raises:
+        ValueError: ``data`` is not an ``EffectRecord``, has no known state, or its
+            result is not a JSON object.
+    """
+    m = _parse(_EffectRecordPb, data)
+    state = _EFFECT_STATE_FROM_PB.get(m.state)
+    if state is None:
+        raise ValueError(f"effect {m.key}: unknown state {m.state}")
+    return EffectRecord(
+        key=m.key,
+        state=state,
+        result=_json_object_or_none(m.result_json, "result_json"),
+        task_id=m.task_id,
+        node_id=m.node_id,
+        updated_at=m.updated_at,
+    )
+
+
+def _parse(message_type: Any, data: bytes) -> Any:
+    try:
+        return message_type.FromString(data)
+    except _DecodeError as exc:
+        raise ValueError(f"not an ax.v1.{message_type.__name__}: {exc}") from exc
+
+
+def _json_or_empty(value: Any) -> str:
+    # "" stands for None: every JSON value renders as non-empty text.
+    return "" if value is None else _ENCODER.encode(value)
+
+
+def _json_or_none(text: str) -> Any:
+    return json.loads(text) if text else None
+
+
+def _json_object_or_none(text: str, field: str) -> dict[str, Any] | None:
+    if not text:
+        return None
+    value = json.loads(text)
+    if not isinstance(value, dict):
+        raise ValueError(f"{field} must hold a JSON object, got {type(value).__name__}")
+    return value
+
+
+def _input_params(inp: Mapping[str, Any]) -> dict[str, str]:
+    # Seed readers expect map<string, string>: strings as they are, anything else as JSON.
+    return {k: v if isinstance(v, str) else _ENCODER.encode(v) for k, v in inp.items()}
+
+
+def _blob_to_pb(ref: BlobRef | None) -> Any:
+    if ref is None:
+        return None
+    return _BlobRefPb(uri=ref.uri, sha256=ref.sha256, size=ref.size)
+
+
+def _blob_from_pb(m: Any) -> BlobRef:
+    return BlobRef(uri=m.uri, sha256=m.sha256, size=m.size)

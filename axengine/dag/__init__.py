@@ -1,0 +1,55 @@
+"""The DAG language: typed model, YAML loader and validator, graph rendering.
+
+``load_dag`` / ``load_dag_text`` / ``load_dag_mapping`` return a validated, immutable
+:class:`Dag` or raise :class:`~axengine.errors.DagError` listing every problem (with
+file:line, node, field, hint and a stable code). ``validate_file`` returns the problems
+instead of raising. ``to_mermaid`` and ``to_dot`` draw a DAG. The language itself is
+described in ``docs/dag-language.md``.
+"""
+
+from __future__ import annotations
+
+from axengine.dag._loader import (
+    MAX_DEPTH,
+    MAX_DOCUMENT_BYTES,
+    MAX_YAML_NODES,
+    load_dag,
+    load_dag_mapping,
+    load_dag_text,
+    validate_file,
+)
+from axengine.dag._model import (
+    DEFAULT_RETRY,
+    DEFAULT_TIMEOUT,
+    NODE_TYPES,
+    Dag,
+    Edge,
+    Fallback,
+    Node,
+    NodeType,
+)
+from axengine.dag._render_graph import to_dot, to_mermaid
+from axengine.dag._schema import MAX_DAG_NODES
+from axengine.dag._validate import find_cycles
+
+__all__ = [
+    "DEFAULT_RETRY",
+    "DEFAULT_TIMEOUT",
+    "MAX_DAG_NODES",
+    "MAX_DEPTH",
+    "MAX_DOCUMENT_BYTES",
+    "MAX_YAML_NODES",
+    "NODE_TYPES",
+    "Dag",
+    "Edge",
+    "Fallback",
+    "Node",
+    "NodeType",
+    "find_cycles",
+    "load_dag",
+    "load_dag_mapping",
+    "load_dag_text",
+    "to_dot",
+    "to_mermaid",
+    "validate_file",
+]

@@ -1,0 +1,390 @@
+"""YAML (or an inline mapping) → validated :class:`Dag`, with file:line for every problem.
+
+Reading happens in three steps, each collecting problems instead of stopping:
+
+1. :class:`_TreeBuilder` composes the YAML with a safe loader (libyaml when available)
+   and builds dicts/lists from the node graph itself, so it keeps the line of every key
+   and value, rejects duplicate keys (PyYAML silently keeps the last one), bounds the
+   expanded size (alias bombs) and spots the classic unquoted ``{{ ... }}``.
+2. :class:`~axengine.dag._schema.DagBuilder` checks the document and every node field,
+   applies defaults and builds the :class:`Node` values.
+3. :func:`~axengine.dag._validate.check_dag` checks the whole graph and the templates.
+
+A DAG with any problem raises :class:`~axengine.errors.DagError` listing all of them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Collection, Mapping
+from typing import Any
+
+import yaml
+from yaml.constructor import SafeConstructor
+from yaml.nodes import MappingNode, ScalarNode, SequenceNode
+from yaml.nodes import Node as YamlNode
+
+from axengine.dag._model import Dag
+from axengine.dag._schema import DagBuilder, LineList, LineMap, Pos
+from axengine.dag._validate import check_dag
+from axengine.errors import DagError, DagProblem
+
+__all__ = [
+    "MAX_DEPTH",
+    "MAX_DOCUMENT_BYTES",
+    "MAX_YAML_NODES",
+    "load_dag",
+    "load_dag_mapping",
+    "load_dag_text",
+    "validate_file",
+]
+
+#: Largest DAG document accepted, in bytes.
+MAX_DOCUMENT_BYTES = 2 * 1024 * 1024
+#: Most YAML values (scalars, lists, mappings) after alias expansion.
+MAX_YAML_NODES = 500_000
+#: Deepest nesting of lists and mappings.
+MAX_DEPTH = 64
+
+_TAG = "tag:yaml.org,2002:"
+_SCALAR_TAGS = frozenset(_TAG + t for t in ("null", "bool", "int", "float"))
+# A value that starts with "{{" or "{%" right after "key:", "-", "[" or ",".
+_UNQUOTED = re.compile(r"(?:^|[:\[,-])\s*(\{[{%].*[}%]\})")
+_KEY = re.compile(r"^\s*(?:-\s+)?([A-Za-z_][\w.-]*)\s*:\s")
+
+
+class _Abort(Exception):
+    """Reading cannot go on (syntax error, size bound); carries the problem."""
+
+    def __init__(self, problem: DagProblem) -> None:
+        super().__init__(problem.message)
+        self.problem = problem
+
+
+class _TreeBuilder:
+    """Builds annotated dicts/lists from a composed YAML node graph."""
+
+    def __init__(self, text: str, file: str) -> None:
+        self.text = text
+        self.file = file
+        self.problems: list[DagProblem] = []
+        self.count = 0
+        self.constructor = SafeConstructor()
+
+    def parse(self) -> Any:
+        loader_cls = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+        loader = loader_cls(self.text)
+        try:
+            root = loader.get_single_node()
+        except yaml.MarkedYAMLError as exc:
+            raise _Abort(self._syntax_problem(exc)) from exc
+        except yaml.YAMLError as exc:
+            problem = DagProblem(f"YAML error: {exc}", self.file, 0, code="yaml-syntax")
+            raise _Abort(problem) from exc
+        except RecursionError as exc:
+            raise _Abort(self._too_deep(0)) from exc
+        finally:
+            loader.dispose()
+        if root is None:
+            return None
+        return self.build(root, 0)
+
+    def _syntax_problem(self, exc: yaml.MarkedYAMLError) -> DagProblem:
+        marks = [m.line for m in (exc.context_mark, exc.problem_mark) if m is not None]
+        line = marks[-1] + 1 if marks else 0
+        what = exc.problem or exc.context or "invalid YAML"
+        lines = self.text.splitlines()
+        # The template is usually on the error's line or on the line its context opened.
+        for number in range(min(marks, default=0), min(line, len(lines))):
+            found = _UNQUOTED.search(lines[number])
+            if found:
+                return self._unquoted(
+                    number + 1, found.group(1), lines[number], f"YAML cannot parse it ({what})"
+                )
+        return DagProblem(
+            f"YAML syntax error: {what}", self.file, line, code="yaml-syntax",
+            hint="check indentation, and quote values that contain ': ', '#', '{' or '['",
+        )
+
+    def _unquoted(self, line: int, tmpl: str, source_line: str, what: str) -> DagProblem:
+        key = _KEY.match(source_line)
+        example = f"{key.group(1)}: {json.dumps(tmpl)}" if key else json.dumps(tmpl)
+        return DagProblem(
+            f"unquoted template {tmpl}: {what}",
+            self.file, line, field=key.group(1) if key else None,
+            hint=f"quote the template: {example}", code="unquoted-template",
+        )
+
+    def _too_deep(self, line: int) -> DagProblem:
+        return DagProblem(
+            f"document is nested deeper than {MAX_DEPTH} levels", self.file, line,
+            code="too-large",
+        )
+
+    def build(self, node: YamlNode, depth: int) -> Any:
+        self.count += 1
+        if self.count > MAX_YAML_NODES:
+            raise _Abort(DagProblem(
+                f"document has more than {MAX_YAML_NODES} values (after expanding aliases)",
+                self.file, node.start_mark.line + 1, code="too-large",
+            ))
+        if depth > MAX_DEPTH:
+            raise _Abort(self._too_deep(node.start_mark.line + 1))
+        if isinstance(node, ScalarNode):
+            return self._scalar(node)
+        if isinstance(node, SequenceNode):
+            if node.tag != _TAG + "seq":
+                self._unsupported(node)
+            seq = LineList(node.start_mark.line + 1)
+            for item in node.value:
+                seq.append(self.build(item, depth + 1))
+                seq.item_pos.append(self._pos(item))
+            return seq
+        assert isinstance(node, MappingNode)
+        return self._mapping(node, depth)
+
+    def _pos(self, node: YamlNode) -> Pos:
+        start = node.start_mark.line + 1
+        style = getattr(node, "style", None)
+        if style in ("|", ">"):
+            return start + 1, style == "|"
+        return start, node.end_mark.line + 1 == start
+
+    def _scalar(self, node: ScalarNode) -> Any:
+        if node.tag == _TAG + "str":
+            return node.value
+        if node.tag in _SCALAR_TAGS:
+            return self.constructor.construct_object(node)
+        if node.tag == _TAG + "timestamp":
+            return node.value  # dates stay text: the stored DAG is JSON
+        self._unsupported(node)
+        return node.value
+
+    def _unsupported(self, node: YamlNode) -> None:
+        self.problems.append(DagProblem(
+            f"unsupported YAML tag {node.tag!r}", self.file, node.start_mark.line + 1,
+            code="yaml-syntax", hint="use plain strings, numbers, lists and mappings",
+        ))
+
+    def _mapping(self, node: MappingNode, depth: int) -> Any:
+        line = node.start_mark.line + 1
+        pairs = node.value
+        if (
+            len(pairs) == 1 and isinstance(pairs[0][0], MappingNode)
+            and isinstance(pairs[0][1], ScalarNode) and pairs[0][1].tag == _TAG + "null"
+        ):
+            # `key: {{ .x }}` reads as {{".x": null}: null}; keep the text so the
+            # other checks see the string that was meant.
+            source = self.text[node.start_mark.index:node.end_mark.index]
+            source_line = self.text.splitlines()[line - 1]
+            self.problems.append(self._unquoted(
+                line, source, source_line, "YAML reads it as a mapping, not a string"
+            ))
+            return source
+        if node.tag != _TAG + "map":
+            self._unsupported(node)
+        result = LineMap(line)
+        merges: list[YamlNode] = []
+        for key_node, value_node in pairs:
+            if key_node.tag == _TAG + "merge":
+                merges.append(value_node)
+                continue
+            key_line = key_node.start_mark.line + 1
+            if not isinstance(key_node, ScalarNode):
+                self.problems.append(DagProblem(
+                    "a mapping key must be a plain name, not a list or mapping",
+                    self.file, key_line, code="yaml-syntax",
+                    hint="quote the key, or a template used as a value",
+                ))
+                continue
+            key = str(key_node.value)
+            if key in result:
+                self.problems.append(DagProblem(
+                    f"duplicate key {key!r} (first at line {result.key_lines[key]}); "
+                    "YAML would silently keep only the last one",
+                    self.file, key_line, field=key, code="duplicate-key",
+                    hint="remove or rename one of them",
+                ))
+                continue
+            result[key] = self.build(value_node, depth + 1)
+            result.key_lines[key] = key_line
+            result.value_pos[key] = self._pos(value_node)
+        for merge in merges:  # `<<: *defaults`: explicit keys win, earlier merges win
+            sources = merge.value if isinstance(merge, SequenceNode) else [merge]
+            for merge_source in sources:
+                merged = self.build(merge_source, depth + 1)
+                if not isinstance(merged, LineMap):
+                    self.problems.append(DagProblem(
+                        "`<<` must merge a mapping", self.file, line, code="yaml-syntax",
+                    ))
+                    continue
+                for key, value in merged.items():
+                    if key not in result:
+                        result[key] = value
+                        result.key_lines[key] = merged.key_lines[key]
+                        result.value_pos[key] = merged.value_pos[key]
+        return result
+
+
+def _measure(data: Any, file: str) -> DagProblem | None:
+    """Bound size and depth of an inline mapping (what the YAML reader bounds)."""
+    stack: list[tuple[Any, int]] = [(data, 0)]
+    count = 0
+    while stack:
+        value, depth = stack.pop()
+        count += 1
+        if count > MAX_YAML_NODES:
+            return DagProblem(f"document has more than {MAX_YAML_NODES} values", file,
+                              code="too-large")
+        if depth > MAX_DEPTH:
+            return DagProblem(f"document is nested deeper than {MAX_DEPTH} levels", file,
+                              code="too-large")
+        if isinstance(value, Mapping):
+            stack.extend((v, depth + 1) for v in value.values())
+        elif isinstance(value, list | tuple):
+            stack.extend((v, depth + 1) for v in value)
+    return None
+
+
+def _known(names: Collection[str] | None, which: str) -> Collection[str]:
+    if names is not None:
+        return frozenset(names)
+    # Imported lazily: the registry pulls in every tool and model handler.
+    from executors import registry
+
+    return registry.tool_names() if which == "tool" else registry.model_names()
+
+
+def _sorted(problems: list[DagProblem]) -> list[DagProblem]:
+    return sorted(problems, key=lambda p: (p.line == 0, p.line))
+
+
+def _load_tree(
+    tree: Any, file: str, tools: Collection[str] | None, models: Collection[str] | None,
+    problems: list[DagProblem],
+) -> tuple[Dag | None, list[DagProblem]]:
+    builder = DagBuilder(file)
+    dag = builder.document(tree)
+    problems = problems + builder.problems
+    if dag is not None and dag.nodes:
+        problems += check_dag(
+            dag.nodes, file=file, sites=builder.sites, field_lines=builder.field_lines,
+            tools=_known(tools, "tool"), models=_known(models, "model"),
+        )
+    if problems or dag is None:
+        return None, _sorted(problems)
+    return dag, []
+
+
+def _load_text(
+    text: str, file: str, tools: Collection[str] | None, models: Collection[str] | None
+) -> tuple[Dag | None, list[DagProblem]]:
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > MAX_DOCUMENT_BYTES:
+        return None, [DagProblem(f"document is {size} bytes; at most {MAX_DOCUMENT_BYTES}",
+                                 file, 0, code="too-large")]
+    reader = _TreeBuilder(text, file)
+    try:
+        tree = reader.parse()
+    except _Abort as exc:
+        return None, _sorted([*reader.problems, exc.problem])
+    return _load_tree(tree, file, tools, models, reader.problems)
+
+
+def _load_path(
+    path: str | os.PathLike[str], tools: Collection[str] | None, models: Collection[str] | None
+) -> tuple[Dag | None, list[DagProblem]]:
+    file = os.fspath(path)
+    try:
+        with open(file, "rb") as fh:
+            data = fh.read(MAX_DOCUMENT_BYTES + 1)
+    except OSError as exc:
+        return None, [DagProblem(f"cannot read the file: {exc.strerror or exc}", file,
+                                 code="unreadable")]
+    if len(data) > MAX_DOCUMENT_BYTES:
+        return None, [DagProblem(f"file is larger than {MAX_DOCUMENT_BYTES} bytes", file,
+                                 code="too-large")]
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[:exc.start].count(b"\n") + 1
+        return None, [DagProblem("file is not UTF-8 text", file, line, code="yaml-syntax")]
+    return _load_text(text, file, tools, models)
+
+
+def load_dag(
+    path: str | os.PathLike[str], *,
+    tools: Collection[str] | None = None, models: Collection[str] | None = None,
+) -> Dag:
+    """Load and validate a DAG file.
+
+    Args:
+        path: The YAML file.
+        tools: Tool names a ``tool_call`` may use (default: the executor registry).
+        models: Model names an ``llm_call`` may use (default: the executor registry).
+
+    Returns:
+        The validated DAG.
+
+    Raises:
+        DagError: The file cannot be read or the DAG is invalid; ``problems`` lists
+            every problem found, sorted by line.
+    """
+    dag, problems = _load_path(path, tools, models)
+    if dag is None:
+        raise DagError(problems)
+    return dag
+
+
+def load_dag_text(
+    text: str, *, file: str = "<string>",
+    tools: Collection[str] | None = None, models: Collection[str] | None = None,
+) -> Dag:
+    """Load and validate a DAG from YAML text; see :func:`load_dag`.
+
+    Args:
+        text: The YAML document.
+        file: Name used in problems.
+        tools: Tool names a ``tool_call`` may use (default: the executor registry).
+        models: Model names an ``llm_call`` may use (default: the executor registry).
+
+    Raises:
+        DagError: The DAG is invalid.
+    """
+    dag, problems = _load_text(text, file, tools, models)
+    if dag is None:
+        raise DagError(problems)
+    return dag
+
+
+def load_dag_mapping(
+    data: Mapping[str, Any], *, file: str = "<inline>",
+    tools: Collection[str] | None = None, models: Collection[str] | None = None,
+) -> Dag:
+    """Validate a DAG given as an already-parsed mapping (the REST API's inline JSON).
+
+    Problems carry no line numbers (line 0); the node and field still locate them.
+
+    Raises:
+        DagError: The DAG is invalid.
+    """
+    too_large = _measure(data, file)
+    if too_large is not None:
+        raise DagError([too_large])
+    dag, problems = _load_tree(data, file, tools, models, [])
+    if dag is None:
+        raise DagError(problems)
+    return dag
+
+
+def validate_file(
+    path: str | os.PathLike[str], *,
+    tools: Collection[str] | None = None, models: Collection[str] | None = None,
+) -> list[DagProblem]:
+    """Every problem of a DAG file, sorted by line; empty when it is valid.
+
+    Never raises for a problem of the file (unreadable, not YAML, invalid DAG).
+    """
+    return _load_path(path, tools, models)[1]

@@ -1,0 +1,444 @@
+"""Field-level schema of the DAG language: document and node fields → :class:`Node`.
+
+:class:`DagBuilder` reads a document tree (from YAML, with positions, or an inline
+mapping without them), checks every field (types, ranges, unknown fields with "did you
+mean", required fields per node type), applies the defaults of the model, records where
+each template and field was written, and builds the nodes. It collects problems and
+never stops at the first; whole-graph checks are :mod:`axengine.dag._validate`'s.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
+
+from axengine.dag._model import (
+    DEFAULT_RETRY,
+    DEFAULT_TIMEOUT,
+    NODE_TYPES,
+    Dag,
+    Edge,
+    Fallback,
+    Node,
+)
+from axengine.dag._validate import SiteKind, TemplateSite, did_you_mean
+from axengine.errors import DagProblem
+
+__all__ = ["MAX_DAG_NODES", "DagBuilder", "LineList", "LineMap", "Pos", "plain"]
+
+#: Most nodes a DAG may have.
+MAX_DAG_NODES = 20_000
+
+_MARKERS = ("{{", "{%", "{#")
+_NODE_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}\Z")
+_DAG_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,127}\Z")
+
+_DOC_FIELDS = ("name", "description", "deadline", "nodes")
+_COMMON_FIELDS = (
+    "type", "description", "input", "timeout", "retry", "next", "on_failure",
+    "stall_timeout", "queue_timeout", "lane",
+)
+_TYPE_FIELDS: Mapping[str, tuple[str, ...]] = {
+    "tool_call": ("tool", "simulate"),
+    "llm_call": ("model", "prompt", "temperature", "max_tokens", "fallback", "simulate"),
+    "condition": ("expression",),
+    "human_gateway": ("on_timeout",),
+}
+_REQUIRED: Mapping[str, tuple[str, ...]] = {
+    "tool_call": ("tool",),
+    "llm_call": ("model", "prompt"),
+    "condition": ("expression",),
+    "human_gateway": (),
+}
+_EDGE_FIELDS = ("target", "condition", "when")
+_MISSING_HINT: Mapping[str, str] = {
+    "tool": "name the tool, e.g. `tool: pdf_parser`",
+    "model": "name the model, e.g. `model: gpt-4o-mini`",
+    "prompt": "add `prompt:` with the prompt template",
+    "expression": "add `expression:` (an if/elif/else form or one template)",
+}
+_NEXT_HINT = "next is a node id, a list of ids, or a list of {target, condition} / {target, when}"
+
+Pos = tuple[int, bool]  # (1-based line of a value's first content line, exact?)
+
+
+class LineMap(dict[str, Any]):
+    """A mapping read from YAML, with the line of each key and the position of each value."""
+
+    __slots__ = ("key_lines", "line", "value_pos")
+
+    def __init__(self, line: int) -> None:
+        super().__init__()
+        self.line = line
+        self.key_lines: dict[str, int] = {}
+        self.value_pos: dict[str, Pos] = {}
+
+
+class LineList(list[Any]):
+    """A list read from YAML, with the position of each item."""
+
+    __slots__ = ("item_pos", "line")
+
+    def __init__(self, line: int) -> None:
+        super().__init__()
+        self.line = line
+        self.item_pos: list[Pos] = []
+
+
+def _line(value: Any) -> int:
+    return value.line if isinstance(value, LineMap | LineList) else 0
+
+
+def _top_line(tree: Mapping[str, Any]) -> int:
+    """Line for problems about the whole document: its first line when unknown."""
+    return _line(tree) or 1
+
+
+def _key_line(mapping: Mapping[str, Any], key: str) -> int:
+    return mapping.key_lines.get(key, mapping.line) if isinstance(mapping, LineMap) else 0
+
+
+def _value_pos(mapping: Mapping[str, Any], key: str) -> Pos:
+    return mapping.value_pos.get(key, (0, False)) if isinstance(mapping, LineMap) else (0, False)
+
+
+def _item_pos(seq: Sequence[Any], index: int) -> Pos:
+    return seq.item_pos[index] if isinstance(seq, LineList) else (0, False)
+
+
+def plain(value: Any) -> Any:
+    """Deep copy without the line annotations (what the stored DAG keeps)."""
+    if isinstance(value, Mapping):
+        return {str(k): plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(v) for v in value]
+    return value
+
+
+def _kind(value: Any) -> str:
+    """What a value is, in the document's words (for messages)."""
+    if value is None:
+        return "empty"
+    if isinstance(value, bool):
+        return "a boolean"
+    for types, word in ((Mapping, "a mapping"), (list, "a list"), (str, "a string"),
+                        (int | float, "a number")):
+        if isinstance(value, types):
+            return word
+    return f"a {type(value).__name__}"
+
+
+def _has_template(value: str) -> bool:
+    return any(marker in value for marker in _MARKERS)
+
+
+class DagBuilder:
+    """Checks the document and node fields and builds the nodes, collecting problems."""
+
+    def __init__(self, file: str) -> None:
+        self.file = file
+        self.problems: list[DagProblem] = []
+        self.sites: list[TemplateSite] = []
+        self.field_lines: dict[tuple[str, str], int] = {}
+
+    def problem(
+        self, code: str, message: str, line: int, node: str | None = None,
+        field: str | None = None, hint: str | None = None,
+    ) -> None:
+        self.problems.append(DagProblem(message, self.file, line, node, field, hint, code))
+
+    # -- value helpers: report and return None when the value is not acceptable --------
+
+    def _string(
+        self, raw: Mapping[str, Any], key: str, nid: str | None, prefix: str = ""
+    ) -> str | None:
+        value = raw.get(key)
+        if value is None or isinstance(value, str):
+            return value
+        self.problem("bad-value", f"{prefix}{key} must be a string, not "
+                     f"{_kind(value)}", _key_line(raw, key), nid, prefix + key,
+                     "quote the value")
+        return None
+
+    def _number(
+        self, raw: Mapping[str, Any], key: str, nid: str | None, *,
+        low: float = 0.0, high: float | None = None, low_inclusive: bool = False,
+        prefix: str = "",
+    ) -> float | None:
+        value = raw.get(key)
+        if value is None:
+            return None
+        ok = isinstance(value, int | float) and not isinstance(value, bool) \
+            and math.isfinite(value) and (value >= low if low_inclusive else value > low) \
+            and (high is None or value <= high)
+        if ok:
+            return float(value)
+        bounds = f"{'>=' if low_inclusive else '>'} {low:g}"
+        if high is not None:
+            bounds = f"between {low:g} and {high:g}"
+        self.problem("bad-value", f"{prefix}{key} must be a number {bounds}, not {value!r}",
+                     _key_line(raw, key), nid, prefix + key)
+        return None
+
+    def _integer(
+        self, raw: Mapping[str, Any], key: str, nid: str, *, low: int, high: int
+    ) -> int | None:
+        value = raw.get(key)
+        if value is None:
+            return None
+        if isinstance(value, int) and not isinstance(value, bool) and low <= value <= high:
+            return value
+        self.problem("bad-value", f"{key} must be an integer from {low} to {high}, "
+                     f"not {value!r}", _key_line(raw, key), nid, key)
+        return None
+
+    def _choice(
+        self, raw: Mapping[str, Any], key: str, nid: str, choices: tuple[str, ...]
+    ) -> str | None:
+        value = raw.get(key)
+        if value is None or value in choices:
+            return value
+        self.problem("bad-value", f"{key} must be one of {', '.join(choices)}, not {value!r}",
+                     _key_line(raw, key), nid, key, did_you_mean(str(value), choices))
+        return None
+
+    def _fields(
+        self, raw: Mapping[str, Any], allowed: Collection[str], nid: str | None,
+        prefix: str = "", other: Mapping[str, tuple[str, ...]] | None = None,
+    ) -> None:
+        for key in raw:
+            if key in allowed:
+                continue
+            owners = [t for t, names in (other or {}).items() if key in names]
+            hint = (
+                f"`{key}` is a field of {' and '.join(owners)} nodes" if owners
+                else did_you_mean(str(key), allowed)
+            )
+            self.problem("unknown-field", f"unknown field {prefix}{key!r}",
+                         _key_line(raw, key), nid, f"{prefix}{key}",
+                         hint or f"valid fields: {', '.join(allowed)}")
+
+    def _site(
+        self, nid: str, field: str, source: str, pos: Pos, kind: SiteKind = "template"
+    ) -> None:
+        self.sites.append(TemplateSite(nid, field, source, pos[0], pos[1], kind))
+
+    def _collect_input(self, nid: str, field: str, value: Any, pos: Pos) -> None:
+        if isinstance(value, str):
+            if _has_template(value):
+                self._site(nid, field, value, pos)
+        elif isinstance(value, Mapping):
+            for key, item in value.items():
+                self._collect_input(nid, f"{field}.{key}", item, _value_pos(value, key))
+        elif isinstance(value, list):
+            for i, item in enumerate(value):
+                self._collect_input(nid, f"{field}[{i}]", item, _item_pos(value, i))
+
+    # -- document -----------------------------------------------------------------------
+
+    def document(self, tree: Any) -> Dag | None:
+        if not isinstance(tree, Mapping):
+            kind = _kind(tree)
+            self.problem("not-a-mapping", f"the document is {kind}, not a mapping",
+                         _line(tree) or 1, hint="a DAG document has `name:` and `nodes:`")
+            return None
+        self._fields(tree, _DOC_FIELDS, None)
+        name = self._string(tree, "name", None)
+        if "name" not in tree:
+            self.problem("missing-field", "missing `name`", _top_line(tree), field="name",
+                         hint="add `name: my_dag` (letters, digits, _ . -)")
+        elif name is not None and not _DAG_NAME.match(name):
+            self.problem("bad-value", f"name {name!r} is not a valid DAG name",
+                         _key_line(tree, "name"), field="name",
+                         hint="start with a letter or _, then letters, digits, _ . - "
+                         "(at most 128)")
+        description = self._string(tree, "description", None)
+        deadline = self._number(tree, "deadline", None)
+        raw_nodes = tree.get("nodes")
+        nodes: dict[str, Node] = {}
+        if "nodes" not in tree:
+            self.problem("missing-field", "missing `nodes`", _top_line(tree), field="nodes",
+                         hint="add `nodes:` with at least one node")
+        elif not isinstance(raw_nodes, Mapping):
+            self.problem("not-a-mapping", "`nodes` must be a mapping of node id to node",
+                         _key_line(tree, "nodes"), field="nodes")
+        elif not raw_nodes:
+            self.problem("bad-value", "`nodes` is empty", _key_line(tree, "nodes"),
+                         field="nodes", hint="a DAG needs at least one node")
+        elif len(raw_nodes) > MAX_DAG_NODES:
+            self.problem("too-large", f"{len(raw_nodes)} nodes; at most {MAX_DAG_NODES}",
+                         _key_line(tree, "nodes"), field="nodes")
+        else:
+            for nid, raw in raw_nodes.items():
+                line = _key_line(raw_nodes, nid)
+                if not isinstance(nid, str) or not _NODE_ID.match(nid):
+                    self.problem(
+                        "bad-node-id", f"node id {nid!r} is not an identifier", line,
+                        field="nodes", hint="start with a letter or _, then letters, digits or _ "
+                        "(at most 128): templates read it as nodes.<id>.output",
+                    )
+                    nid = str(nid)
+                nodes[nid] = self.node(nid, raw, line)
+        return Dag(name=name or "", nodes=nodes, description=description, deadline=deadline,
+                   source=self.file)
+
+    # -- nodes --------------------------------------------------------------------------
+
+    def node(self, nid: str, raw: Any, line: int) -> Node:
+        if not isinstance(raw, Mapping):
+            self.problem("not-a-mapping", f"node must be a mapping with `type:`, not "
+                         f"{_kind(raw)}", line, nid)
+            return Node(id=nid, type="", line=line)
+        for key in raw:
+            self.field_lines[(nid, str(key))] = _key_line(raw, key)
+        raw_type = raw.get("type")
+        ntype = raw_type if isinstance(raw_type, str) and raw_type in NODE_TYPES else ""
+        if "type" not in raw:
+            self.problem("missing-field", "missing `type`", line, nid, "type",
+                         f"type is one of: {', '.join(NODE_TYPES)}")
+        elif not ntype:
+            close = did_you_mean(str(raw_type), NODE_TYPES)
+            self.problem("unknown-node-type", f"unknown node type {raw_type!r}",
+                         _key_line(raw, "type"), nid, "type",
+                         f"{close + ' ' if close else ''}types: {', '.join(NODE_TYPES)}")
+        if ntype:
+            allowed = (*_COMMON_FIELDS, *_TYPE_FIELDS[ntype])
+            others = {t: f for t, f in _TYPE_FIELDS.items() if t != ntype}
+            self._fields(raw, allowed, nid, other=others)
+            for req in _REQUIRED[ntype]:
+                if req not in raw:
+                    self.problem("missing-field", f"{ntype} node needs `{req}`", line, nid,
+                                 req, _MISSING_HINT[req])
+        else:
+            every = {f for names in _TYPE_FIELDS.values() for f in names}
+            self._fields(raw, (*_COMMON_FIELDS, *sorted(every)), nid)
+        return self._node_values(nid, ntype, raw, line)
+
+    def _node_values(self, nid: str, ntype: str, raw: Mapping[str, Any], line: int) -> Node:
+        timeout = self._number(raw, "timeout", nid)
+        if timeout is None:
+            timeout = DEFAULT_TIMEOUT.get(ntype, 300.0)
+        retry = self._integer(raw, "retry", nid, low=0, high=100)
+        stall = self._number(raw, "stall_timeout", nid)
+        if stall is not None and stall > timeout:
+            self.problem("bad-value", f"stall_timeout {stall:g} is longer than timeout "
+                         f"{timeout:g}, so it could never fire", _key_line(raw, "stall_timeout"),
+                         nid, "stall_timeout", "make stall_timeout smaller than timeout")
+        if "input" in raw:
+            self._collect_input(nid, "input", raw["input"], _value_pos(raw, "input"))
+        prompt = self._string(raw, "prompt", nid)
+        if prompt is not None:
+            self._site(nid, "prompt", prompt, _value_pos(raw, "prompt"))
+        expression = self._string(raw, "expression", nid)
+        if expression is not None and ntype == "condition":
+            self._site(nid, "expression", expression, _value_pos(raw, "expression"),
+                       "expression")
+        description = self._string(raw, "description", nid)
+        if description is not None and ntype == "human_gateway":
+            # The engine renders a gate's description: approvers see the live values.
+            self._site(nid, "description", description, _value_pos(raw, "description"))
+        on_timeout = self._choice(raw, "on_timeout", nid, ("approve", "reject"))
+        simulate = raw.get("simulate")
+        if simulate is not None and not isinstance(simulate, Mapping):
+            self.problem("bad-value", "simulate must be a mapping", _key_line(raw, "simulate"),
+                         nid, "simulate")
+            simulate = None
+        max_tokens = self._integer(raw, "max_tokens", nid, low=1, high=10_000_000)
+        return Node(
+            id=nid,
+            type=ntype,
+            description=description,
+            input=plain(raw.get("input")),
+            timeout=timeout,
+            retry=DEFAULT_RETRY.get(ntype, 0) if retry is None else retry,
+            next=self._edges(nid, raw),
+            tool=self._string(raw, "tool", nid),
+            model=self._string(raw, "model", nid),
+            prompt=prompt,
+            temperature=self._number(raw, "temperature", nid, high=2.0, low_inclusive=True),
+            max_tokens=max_tokens,
+            fallback=self._fallback(nid, raw),
+            expression=expression,
+            on_failure=self._string(raw, "on_failure", nid),
+            on_timeout=(on_timeout or "reject") if ntype == "human_gateway" else on_timeout,
+            stall_timeout=stall,
+            queue_timeout=self._number(raw, "queue_timeout", nid),
+            lane=self._choice(raw, "lane", nid, ("default", "fast")) or "default",
+            simulate=plain(simulate),
+            line=line,
+        )
+
+    def _fallback(self, nid: str, raw: Mapping[str, Any]) -> Fallback | None:
+        value = raw.get("fallback")
+        if value is None:
+            return None
+        if not isinstance(value, Mapping):
+            self.problem("bad-value", "fallback must be a mapping {model, threshold}",
+                         _key_line(raw, "fallback"), nid, "fallback")
+            return None
+        self._fields(value, ("model", "threshold"), nid, "fallback.")
+        model = self._string(value, "model", nid, "fallback.")
+        if model is None:
+            self.problem("missing-field", "fallback needs `model`", _key_line(raw, "fallback"),
+                         nid, "fallback.model", _MISSING_HINT["model"])
+            return None
+        self.field_lines[(nid, "fallback.model")] = _key_line(value, "model")
+        threshold = self._number(value, "threshold", nid, high=1.0, low_inclusive=True,
+                                 prefix="fallback.")
+        return Fallback(model, 0.8 if threshold is None else threshold)
+
+    def _edges(self, nid: str, raw: Mapping[str, Any]) -> tuple[Edge, ...]:
+        value = raw.get("next")
+        line, _ = _value_pos(raw, "next")
+        if value is None:
+            return ()
+        if isinstance(value, str):
+            return (Edge(value, line=line),)
+        if not isinstance(value, list):
+            self.problem("bad-value", f"next must not be {_kind(value)}",
+                         _key_line(raw, "next"), nid, "next", _NEXT_HINT)
+            return ()
+        edges: list[Edge] = []
+        for i, item in enumerate(value):
+            edge = self._edge(nid, i, item, _item_pos(value, i)[0] or line)
+            if edge is None:
+                continue
+            if edge in edges:
+                self.problem("bad-edge", f"next[{i}] repeats an earlier edge to "
+                             f"{edge.target!r}", edge.line, nid, f"next[{i}]",
+                             "remove the duplicate")
+                continue
+            edges.append(edge)
+        return tuple(edges)
+
+    def _edge(self, nid: str, i: int, item: Any, line: int) -> Edge | None:
+        field = f"next[{i}]"
+        if isinstance(item, str):
+            return Edge(item, line=line)
+        if not isinstance(item, Mapping):
+            self.problem("bad-value", f"{field} must be a node id or a mapping, not "
+                         f"{_kind(item)}", line, nid, field, _NEXT_HINT)
+            return None
+        self._fields(item, _EDGE_FIELDS, nid, f"{field}.")
+        target = item.get("target")
+        if not isinstance(target, str):
+            what = "missing `target`" if target is None else "target must be a node id"
+            self.problem("missing-field" if target is None else "bad-value",
+                         f"{field}: {what}", line, nid, f"{field}.target", _NEXT_HINT)
+            return None
+        condition = self._string(item, "condition", nid, f"{field}.")
+        when = item.get("when")
+        if when is not None and not isinstance(when, str):
+            self.problem("bad-value", f"{field}.when must be a label (string), not {when!r}",
+                         _key_line(item, "when"), nid, f"{field}.when", "quote the label")
+            when = None
+        if condition is not None and when is not None:
+            self.problem("bad-edge", f"{field} has both `condition` and `when`", line, nid,
+                         field, "use `when:` on condition nodes, `condition:` elsewhere")
+        if condition is not None:
+            self._site(nid, f"{field}.condition", condition, _value_pos(item, "condition"),
+                       "guard")
+        return Edge(target, condition, when, line=line)
+

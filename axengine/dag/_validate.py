@@ -1,0 +1,483 @@
+"""Whole-DAG checks: edge targets, cycles, reachability, templates, labels, names.
+
+The loader (:mod:`axengine.dag._loader`) turns a document into :class:`Node` values and
+reports field-level problems (types, ranges, unknown fields). Everything that needs the
+whole graph or another module (the template sandbox, the tool and model registries) is
+checked here, by :func:`check_dag`, which never stops at the first problem.
+
+Graph algorithms are iterative and linear in nodes + edges (plus one bitset per node for
+the ancestor check), so a 10,000-node DAG validates without recursion limits.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections import deque
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from axengine import template
+from axengine.dag._model import NODE_TYPES, Node
+from axengine.errors import DagProblem, TemplateError
+
+__all__ = [
+    "MAX_REPORTED_CYCLES",
+    "SiteKind",
+    "TemplateSite",
+    "check_dag",
+    "did_you_mean",
+    "find_cycles",
+]
+
+#: At most this many cycles are reported for one DAG (each back edge closes one).
+MAX_REPORTED_CYCLES = 20
+
+#: Characters that make a string a template; strings without them render as themselves.
+_TEMPLATE_MARKERS = ("{{", "{%", "{#")
+
+SiteKind = Literal["template", "guard", "expression"]
+_SYNTAX_HINTS: dict[str, str] = {
+    "template": "templates are Jinja2 in {{ }}, e.g. \"{{ .input.x }}\"; quote the "
+    "whole value in YAML",
+    "guard": "a guard is one expression, e.g. \"{{ .output.status == 'success' }}\"",
+    "expression": "write `if <expr>: <label>` / `elif <expr>: <label>` lines ending "
+    "with `else: <label>`, or one template such as \"{{ .output.kind }}\"",
+}
+
+
+@dataclass(frozen=True)
+class TemplateSite:
+    """One template of a node, with where it was written.
+
+    Attributes:
+        node: Node id.
+        field: Field path, e.g. ``"prompt"``, ``"input.to"`` or ``"next[0].condition"``.
+        source: The template as written (leading dots and all).
+        line: 1-based file line of the template's first line (0 when unknown).
+        exact: Whether line ``k`` of the template is file line ``line + k - 1``
+            (single-line values and literal ``|`` blocks); folded scalars are not.
+        kind: ``expression`` for a condition node's expression (the ``if/elif/else``
+            form or one template), ``guard`` for an edge condition (a template, or a
+            bare expression such as ``output.ok``), ``template`` for everything else.
+    """
+
+    node: str
+    field: str
+    source: str
+    line: int
+    exact: bool = True
+    kind: SiteKind = "template"
+
+
+def did_you_mean(word: str, candidates: Iterable[str]) -> str | None:
+    """A ``did you mean 'x'?`` hint for ``word`` among ``candidates``, if one is close."""
+    close = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
+    return f"did you mean {close[0]!r}?" if close else None
+
+
+def find_cycles(
+    successors: Mapping[str, Sequence[str]], *, limit: int = MAX_REPORTED_CYCLES
+) -> list[list[str]]:
+    """Cycles closed by the back edges of a depth-first search, as node paths.
+
+    Each path starts and ends with the same node (``[a, b, c, a]``; a self-loop is
+    ``[a, a]``) and follows edges in order. Nodes are visited in mapping order and
+    successors in sequence order, so the result is deterministic.
+
+    Args:
+        successors: Every node's successors; every successor must be a key.
+        limit: Stop after this many cycles.
+
+    Returns:
+        Up to ``limit`` cycles; empty when the graph is acyclic.
+    """
+    white, grey, black = 0, 1, 2
+    colour = dict.fromkeys(successors, white)
+    cycles: list[list[str]] = []
+    for root in successors:
+        if colour[root] != white:
+            continue
+        # The DFS path and, for each entry, the index of the next successor to visit.
+        path: list[str] = [root]
+        index: list[int] = [0]
+        position: dict[str, int] = {root: 0}
+        colour[root] = grey
+        while path:
+            current = path[-1]
+            succ = successors[current]
+            i = index[-1]
+            if i == len(succ):
+                colour[current] = black
+                del position[current]
+                path.pop()
+                index.pop()
+                continue
+            index[-1] = i + 1
+            nxt = succ[i]
+            state = colour[nxt]
+            if state == white:
+                colour[nxt] = grey
+                position[nxt] = len(path)
+                path.append(nxt)
+                index.append(0)
+            elif state == grey:
+                cycles.append([*path[position[nxt]:], nxt])
+                if len(cycles) >= limit:
+                    return cycles
+    return cycles
+
+
+def _topological_order(successors: Mapping[str, Sequence[str]]) -> list[str] | None:
+    """Kahn's order of an acyclic graph, or None when it has a cycle."""
+    indegree = dict.fromkeys(successors, 0)
+    for succ in successors.values():
+        for target in succ:
+            indegree[target] += 1
+    ready = deque(nid for nid, deg in indegree.items() if deg == 0)
+    order: list[str] = []
+    while ready:
+        current = ready.popleft()
+        order.append(current)
+        for target in successors[current]:
+            indegree[target] -= 1
+            if indegree[target] == 0:
+                ready.append(target)
+    return order if len(order) == len(successors) else None
+
+
+def _has_template(source: str) -> bool:
+    return any(marker in source for marker in _TEMPLATE_MARKERS)
+
+
+def _source_of(site: TemplateSite) -> str:
+    """The template to compile: a bare guard is evaluated as one ``{{ }}`` expression."""
+    if site.kind == "guard" and not _has_template(site.source):
+        return "{{ " + site.source + " }}"
+    return site.source
+
+
+def _error_line(site: TemplateSite, exc: TemplateError) -> int:
+    """File line of a template error: the site's line plus the error's offset if exact."""
+    offset = getattr(exc, "line", None)
+    if site.line and site.exact and isinstance(offset, int) and offset > 1:
+        return site.line + offset - 1
+    return site.line
+
+
+class _Checker:
+    """Runs every whole-DAG check and collects the problems."""
+
+    def __init__(
+        self,
+        nodes: Mapping[str, Node],
+        *,
+        file: str,
+        sites: Sequence[TemplateSite],
+        field_lines: Mapping[tuple[str, str], int],
+        tools: Collection[str],
+        models: Collection[str],
+    ) -> None:
+        self.nodes = nodes
+        self.file = file
+        self.sites = sites
+        self.field_lines = field_lines
+        self.tools = tools
+        self.models = models
+        self.problems: list[DagProblem] = []
+        # Valid successors (unknown targets dropped), deduplicated, in edge order.
+        self.successors: dict[str, list[str]] = {}
+        self.predecessors: dict[str, list[str]] = {nid: [] for nid in nodes}
+        self.acyclic = True
+        self.labels: dict[str, tuple[str, ...] | None] = {}
+        self._ancestors: dict[str, int] | None = None
+        self._bit: dict[str, int] = {}
+
+    def problem(
+        self,
+        code: str,
+        message: str,
+        *,
+        line: int,
+        node: str | None = None,
+        field: str | None = None,
+        hint: str | None = None,
+    ) -> None:
+        self.problems.append(
+            DagProblem(message, self.file, line, node, field, hint, code)
+        )
+
+    def line_of(self, node: Node, name: str) -> int:
+        return self.field_lines.get((node.id, name), node.line)
+
+    # -- graph ------------------------------------------------------------------------
+
+    def check_targets(self) -> None:
+        for node in self.nodes.values():
+            succ: dict[str, None] = {}
+            for i, edge in enumerate(node.next):
+                if edge.target in self.nodes:
+                    succ.setdefault(edge.target, None)
+                else:
+                    self._unknown_target(node, f"next[{i}].target", edge.target, edge.line)
+            if node.on_failure is not None:
+                if node.on_failure in self.nodes:
+                    succ.setdefault(node.on_failure, None)
+                else:
+                    line = self.line_of(node, "on_failure")
+                    self._unknown_target(node, "on_failure", node.on_failure, line)
+            self.successors[node.id] = list(succ)
+            for target in succ:
+                self.predecessors[target].append(node.id)
+
+    def _unknown_target(self, node: Node, field: str, target: str, line: int) -> None:
+        hint = did_you_mean(target, self.nodes)
+        self.problem(
+            "unknown-target",
+            f"{field} names {target!r}, which is not a node of this DAG",
+            line=line or node.line,
+            node=node.id,
+            field=field,
+            hint=hint or f"nodes are: {', '.join(sorted(self.nodes)[:20])}",
+        )
+
+    def check_cycles(self) -> None:
+        cycles = find_cycles(self.successors)
+        self.acyclic = not cycles
+        for cycle in cycles:
+            source, target = cycle[-2], cycle[-1]
+            self.problem(
+                "cycle",
+                f"cycle: {' -> '.join(cycle)}",
+                line=self._edge_line(source, target),
+                node=source,
+                field="next",
+                hint=(
+                    "a DAG cannot loop back; use `retry:` to repeat a node, or remove "
+                    f"the edge {source} -> {target}"
+                ),
+            )
+
+    def _edge_line(self, source: str, target: str) -> int:
+        node = self.nodes[source]
+        for edge in node.next:
+            if edge.target == target and edge.line:
+                return edge.line
+        if node.on_failure == target:
+            return self.line_of(node, "on_failure")
+        return self.line_of(node, "next")
+
+    def check_reachable(self) -> None:
+        entries = [nid for nid, preds in self.predecessors.items() if not preds]
+        if not entries:
+            return  # every node has a predecessor: the cycle problems say why
+        seen = set(entries)
+        queue = deque(entries)
+        while queue:
+            for target in self.successors[queue.popleft()]:
+                if target not in seen:
+                    seen.add(target)
+                    queue.append(target)
+        shown = ", ".join(entries[:10]) + (", ..." if len(entries) > 10 else "")
+        for nid, node in self.nodes.items():
+            if nid not in seen:
+                self.problem(
+                    "unreachable",
+                    "is not reachable from any entry node",
+                    line=node.line,
+                    node=nid,
+                    hint=f"entry nodes (no predecessors) are: {shown}; "
+                    "add an edge to this node from one of them or their successors",
+                )
+
+    def check_condition_inputs(self) -> None:
+        for nid, node in self.nodes.items():
+            preds = self.predecessors[nid]
+            if node.type == "condition" and node.input is None and len(preds) > 1:
+                self.problem(
+                    "condition-join",
+                    f"condition node has {len(preds)} predecessors ({', '.join(preds)}); "
+                    "`output` in its expression must be the output of a single node",
+                    line=node.line,
+                    node=nid,
+                    hint="set the condition's `input:` (it becomes `output`), or join the "
+                    "branches in a node of their own (e.g. tool_call echo) first",
+                )
+
+    # -- names --------------------------------------------------------------------------
+
+    def check_names(self) -> None:
+        for node in self.nodes.values():
+            if node.type == "tool_call" and node.tool is not None:
+                self._known(node, "tool", node.tool, self.tools, "unknown-tool")
+            if node.type == "llm_call":
+                if node.model is not None:
+                    self._known(node, "model", node.model, self.models, "unknown-model")
+                if node.fallback is not None:
+                    self._known(
+                        node, "fallback.model", node.fallback.model, self.models,
+                        "unknown-model",
+                    )
+
+    def _known(
+        self, node: Node, field: str, name: str, known: Collection[str], code: str
+    ) -> None:
+        if name in known:
+            return
+        kind = "tool" if code == "unknown-tool" else "model"
+        listed = ", ".join(sorted(known)) or "none"
+        close = did_you_mean(name, known)
+        self.problem(
+            code,
+            f"unknown {kind} {name!r}",
+            line=self.line_of(node, field),
+            node=node.id,
+            field=field,
+            hint=f"{close + ' ' if close else ''}known {kind}s: {listed}",
+        )
+
+    # -- templates ----------------------------------------------------------------------
+
+    def check_templates(self) -> None:
+        for site in self.sites:
+            node = self.nodes.get(site.node)
+            if node is None or node.type not in NODE_TYPES:
+                continue
+            try:
+                if site.kind == "expression":
+                    labels = template.expression_labels(site.source)
+                    self.labels[site.node] = labels
+                    if labels is None:
+                        template.compile_template(site.source)
+                elif site.kind == "guard" or _has_template(site.source):
+                    template.compile_template(_source_of(site))
+                else:
+                    continue
+            except TemplateError as exc:
+                self.labels.setdefault(site.node, None)
+                self.problem(
+                    "template-syntax",
+                    f"{site.field}: template does not compile: {exc}",
+                    line=_error_line(site, exc),
+                    node=site.node,
+                    field=site.field,
+                    hint=_SYNTAX_HINTS[site.kind],
+                )
+                continue
+            self._check_references(site, node)
+
+    def _check_references(self, site: TemplateSite, node: Node) -> None:
+        try:
+            refs = template.referenced_nodes(_source_of(site))
+        except TemplateError:
+            return  # compiled above; a dynamic form the analysis cannot follow
+        if not refs:
+            return
+        for ref in sorted(refs):
+            reason: str | None = None
+            hint: str | None = None
+            if ref not in self.nodes:
+                reason = f"there is no node {ref!r}"
+                hint = did_you_mean(ref, self.nodes)
+            elif ref == node.id:
+                # Guards run before the node's own result is committed: they read it
+                # as `output`, never as nodes.<self>.output.
+                reason = "a node cannot read its own output that way"
+                hint = "read `output` in the node's `next` guards"
+            elif self.acyclic and not self._is_ancestor(ref, node.id):
+                reason = f"{ref!r} does not run before {node.id!r} (not an ancestor)"
+                hint = f"add a path of edges from {ref!r} to {node.id!r}, or read `input`"
+            if reason is not None:
+                self.problem(
+                    "bad-reference",
+                    f"{site.field}: reads nodes.{ref}.output, but {reason}",
+                    line=site.line or node.line,
+                    node=node.id,
+                    field=site.field,
+                    hint=hint,
+                )
+
+    def _is_ancestor(self, ref: str, nid: str) -> bool:
+        if self._ancestors is None:
+            order = _topological_order(self.successors)
+            if order is None:  # pragma: no cover - guarded by self.acyclic
+                return True
+            self._bit = {name: 1 << i for i, name in enumerate(order)}
+            ancestors = dict.fromkeys(order, 0)
+            # Ancestor sets as int bitsets: one OR per edge, in topological order.
+            for name in order:
+                mine = ancestors[name] | self._bit[name]
+                for target in self.successors[name]:
+                    ancestors[target] |= mine
+            self._ancestors = ancestors
+        return bool(self._ancestors[nid] & self._bit[ref])
+
+    # -- labels -------------------------------------------------------------------------
+
+    def check_edges(self) -> None:
+        for node in self.nodes.values():
+            labels = self.labels.get(node.id)
+            for i, edge in enumerate(node.next):
+                if edge.when is None:
+                    continue
+                field = f"next[{i}].when"
+                if node.type != "condition":
+                    if node.type in NODE_TYPES:
+                        self.problem(
+                            "bad-edge",
+                            f"`when:` is only valid on edges of a condition node, "
+                            f"not on a {node.type}",
+                            line=edge.line or node.line,
+                            node=node.id,
+                            field=field,
+                            hint="use a guard: condition: \"{{ .output.field == 'value' }}\"",
+                        )
+                    continue
+                if labels is not None and edge.when not in labels:
+                    close = did_you_mean(edge.when, labels)
+                    self.problem(
+                        "unknown-label",
+                        f"{field}: the expression never produces {edge.when!r}",
+                        line=edge.line or node.line,
+                        node=node.id,
+                        field=field,
+                        hint=f"{close + ' ' if close else ''}it can produce: "
+                        f"{', '.join(labels)}",
+                    )
+
+
+def check_dag(
+    nodes: Mapping[str, Node],
+    *,
+    file: str,
+    sites: Sequence[TemplateSite],
+    field_lines: Mapping[tuple[str, str], int],
+    tools: Collection[str],
+    models: Collection[str],
+) -> list[DagProblem]:
+    """Run every whole-DAG check and return the problems found (empty when valid).
+
+    Args:
+        nodes: The loaded nodes, including ones with field problems (so their ids
+            still resolve as edge targets). Nodes of unknown type are skipped by the
+            type-specific checks.
+        file: File name used in the problems.
+        sites: Every template of the DAG with its location.
+        field_lines: Line of each ``(node id, field)`` for messages.
+        tools: Tool names a ``tool_call`` may use.
+        models: Model names an ``llm_call`` (or its fallback) may use.
+
+    Returns:
+        The problems, in check order.
+    """
+    checker = _Checker(
+        nodes, file=file, sites=sites, field_lines=field_lines, tools=tools, models=models
+    )
+    checker.check_targets()
+    checker.check_cycles()
+    checker.check_reachable()
+    checker.check_condition_inputs()
+    checker.check_names()
+    checker.check_templates()
+    checker.check_edges()
+    return checker.problems

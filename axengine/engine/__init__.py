@@ -1,0 +1,40 @@
+"""The engine: pure transition rules, the shell that commits them, the reconciler."""
+
+from __future__ import annotations
+
+from axengine.records import (
+    ACTIVE_STATES,
+    FINAL_STATES,
+    BlobRef,
+    Event,
+    NextHop,
+    NodeState,
+    Snapshot,
+    TaskRecord,
+    TaskStatus,
+)
+from axengine.engine._reconciler import ReconcileReport, Reconciler, owner_is_dead
+from axengine.engine._rules import Plan, RuleConfig
+from axengine.engine._shell import ClaimResult, Engine, EngineConfig, SubmitResult, TaskView
+
+__all__ = [
+    "ACTIVE_STATES",
+    "FINAL_STATES",
+    "BlobRef",
+    "ClaimResult",
+    "Engine",
+    "EngineConfig",
+    "Event",
+    "NextHop",
+    "NodeState",
+    "Plan",
+    "ReconcileReport",
+    "Reconciler",
+    "RuleConfig",
+    "Snapshot",
+    "SubmitResult",
+    "TaskRecord",
+    "TaskStatus",
+    "TaskView",
+    "owner_is_dead",
+]

@@ -1,0 +1,141 @@
+"""The reconciler: one leader at a time repairs what crashes and lost messages leave.
+
+Each pass, for every unfinished task: WAITING nodes missing from the queue are
+re-enqueued (Redis may have lost everything); RUNNING nodes whose lease expired or whose
+progress stalled are fenced out and re-queued (or DEAD when their budget is spent);
+gates past their bounded wait take their default route; work past the task deadline
+goes DEAD. Leadership is a record in the store renewed with compare-and-swap, so two
+reconcilers never act at once for long.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+from dataclasses import dataclass, field
+
+from axengine import codec
+from axengine.records import NodeState
+from axengine.engine._shell import Engine
+from axengine.queue import WorkItem
+from axengine.store import Mod, Put
+
+__all__ = ["ReconcileReport", "Reconciler", "owner_is_dead"]
+
+
+@dataclass
+class ReconcileReport:
+    """What one pass did."""
+
+    tasks: int = 0
+    requeued: list[tuple[str, str]] = field(default_factory=list)
+    expired: list[tuple[str, str, str]] = field(default_factory=list)
+
+
+def owner_is_dead(owner: str) -> bool:
+    """True when ``owner`` (``prefix:host:pid:rand``) names a process on this host that
+    no longer exists — its lease need not be waited out."""
+    parts = owner.split(":")
+    if len(parts) != 4 or parts[1] != os.uname().nodename:
+        return False
+    try:
+        pid = int(parts[2])
+    except ValueError:
+        return False
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+class Reconciler:
+    """Periodic repair, run only by the elected leader."""
+
+    def __init__(self, engine: Engine, *, owner: str, interval: float = 1.0,
+                 leader_ttl: float = 10.0, stuck_after: float = 30.0) -> None:
+        self.engine = engine
+        self.owner = owner
+        self.interval = interval
+        self.leader_ttl = leader_ttl
+        self.stuck_after = stuck_after
+        # When each due WAITING node was first seen still waiting: an item can look
+        # queued while it sits in the processing list of a worker that died.
+        self._waiting_since: dict[tuple[str, str], float] = {}
+
+    async def elect(self) -> bool:
+        """Take or renew leadership; True while this reconciler is the leader."""
+        store, key = self.engine.store, self.engine.keys.leader("reconciler")
+        now = self.engine.clock()
+        kv = await store.get(key)
+        if kv is not None:
+            record = json.loads(kv.value)
+            if record["owner"] != self.owner and record["until"] > now:
+                return False
+        value = json.dumps({"owner": self.owner, "until": now + self.leader_ttl}).encode()
+        result = await store.txn([Mod(key) == (kv.mod_revision if kv else 0)], [Put(key, value)])
+        return result.succeeded
+
+    async def run_once(self) -> ReconcileReport:
+        """One repair pass over every unfinished task."""
+        engine = self.engine
+        report = ReconcileReport()
+        now = engine.clock()
+        queued = await engine.queue.queued()
+        kvs = await engine.store.range(engine.keys.tasks())
+        still_waiting: dict[tuple[str, str], float] = {}
+        for kv in kvs:
+            task = codec.decode_task(kv.value)
+            if task.status.final:
+                continue
+            report.tasks += 1
+            dag = await engine.get_dag(task.dag_hash)
+            for skv in await engine.store.range(engine.keys.snapshots(task.task_id)):
+                snap = codec.decode_snapshot(skv.value)
+                node = dag.nodes[snap.node_id]
+                ident = (task.task_id, snap.node_id)
+                past_deadline = bool(task.deadline) and now >= task.deadline
+                if snap.state is NodeState.RUNNING:
+                    stall = node.stall_timeout or node.timeout
+                    lost = (now > snap.lease_until or now - snap.progress_at > stall
+                            or owner_is_dead(snap.owner))
+                    if lost or past_deadline:
+                        # A dead owner's lease is void: no need to wait it out.
+                        result = await engine.expire(task.task_id, snap.node_id,
+                                                     owner_dead=owner_is_dead(snap.owner))
+                        report.expired.append((*ident, result))
+                elif snap.state is NodeState.PAUSED:
+                    if past_deadline or now >= snap.gate_until:
+                        result = await engine.expire(task.task_id, snap.node_id)
+                        report.expired.append((*ident, result))
+                elif snap.state is NodeState.WAITING:
+                    if past_deadline:
+                        result = await engine.expire(task.task_id, snap.node_id)
+                        report.expired.append((*ident, result))
+                    else:
+                        due = now >= snap.not_before
+                        since = self._waiting_since.get(ident, now) if due else now
+                        still_waiting[ident] = since
+                        if ident not in queued or now - since >= self.stuck_after:
+                            # Duplicates are harmless: the claim admits one worker.
+                            delay = max(0.0, snap.not_before - now)
+                            await engine.queue.enqueue([WorkItem(*ident, node.lane)],
+                                                       delay=delay)
+                            report.requeued.append(ident)
+                            still_waiting[ident] = now
+        self._waiting_since = still_waiting
+        return report
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Reconcile every ``interval`` seconds while leader, until ``stop`` is set."""
+        while not stop.is_set():
+            if await self.elect():
+                await self.run_once()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=self.interval)

@@ -1,0 +1,701 @@
+"""The pure transition rules of DESIGN §3.
+
+Each ``plan_*`` function reads a :class:`View` and returns a :class:`Plan`: the
+snapshots to write, the events to append, the nodes to enqueue after the commit, and the
+answer for the caller. No I/O, no clock, no randomness: ``now`` and event ids come in as
+arguments, and everything iterated in a decision is in document or sorted order, so the
+same inputs always give the same writes.
+
+The shell (``_shell.py``) applies a plan as one store transaction that compares the
+mod_revision of every snapshot it writes — and of the task record whenever a node moves
+between categories (ready/running, paused, final), which is what serialises the
+decisions that depend on several nodes (joins, skip propagation, task status).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from axengine import template
+from axengine.dag import Dag, Node
+from axengine.records import (
+    FINAL_STATES,
+    Event,
+    NextHop,
+    NodeState,
+    Snapshot,
+    TaskRecord,
+    TaskStatus,
+)
+from axengine.engine._view import View
+from axengine.errors import Conflict, InputError, TemplateError
+from executors.contract import Failure, Outcome, Success, Unavailable
+
+__all__ = [
+    "DECIDED_STATES",
+    "Plan",
+    "RuleConfig",
+    "backoff_delay",
+    "canonical_json",
+    "category",
+    "derive_status",
+    "plan_cancel",
+    "plan_claim",
+    "plan_complete",
+    "plan_decide",
+    "plan_expire",
+    "plan_heartbeat",
+    "plan_progress",
+    "plan_retry",
+    "plan_submit",
+    "sha256_json",
+]
+
+#: States whose outgoing edges are decided (``next_hops`` is final).
+DECIDED_STATES = frozenset({NodeState.SUCCEEDED, NodeState.FAILED, NodeState.SKIPPED})
+#: Node types the engine resolves itself, in the transaction that readies them.
+INLINE_TYPES = frozenset({"condition", "human_gateway"})
+
+EventIds = Callable[[], str]
+
+
+@dataclass(frozen=True)
+class RuleConfig:
+    """Tunables of the rules.
+
+    Attributes:
+        backoff_base: First retry delay in seconds (doubles per attempt).
+        backoff_cap: Largest retry delay.
+        unavailable_delay: Delay before a node kept WAITING by an unavailable
+            dependency is offered again.
+    """
+
+    backoff_base: float = 1.0
+    backoff_cap: float = 60.0
+    unavailable_delay: float = 5.0
+
+
+@dataclass
+class Plan:
+    """What a transition decided.
+
+    Attributes:
+        result: The answer for the caller (``committed``, ``stale``, ``already-done``,
+            ``claimed``, ``not-claimable``, ``ok``...).
+        writes: Snapshots to write, by node id.
+        events: Events to append.
+        enqueue: ``(node_id, delay_seconds)`` to push to the queue after the commit.
+        task: Task record fields changed explicitly (status on cancel/retry).
+        detail: Extra data for the caller (the claimed snapshot, a reason...).
+    """
+
+    result: str
+    writes: dict[str, Snapshot] = field(default_factory=dict)
+    events: list[Event] = field(default_factory=list)
+    enqueue: list[tuple[str, float]] = field(default_factory=list)
+    task: TaskRecord | None = None
+    detail: Any = None
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def canonical_json(value: Any) -> bytes:
+    """Compact, key-sorted JSON: equal values give equal bytes."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def sha256_json(value: Any) -> str:
+    return hashlib.sha256(canonical_json(value)).hexdigest()
+
+
+def backoff_delay(attempt: int, key: str, config: RuleConfig) -> float:
+    """Exponential backoff with deterministic jitter (±20%, derived from ``key``)."""
+    base = min(config.backoff_cap, config.backoff_base * 2 ** max(attempt - 1, 0))
+    frac = int(hashlib.sha256(key.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
+    return float(base * (0.8 + 0.4 * frac))
+
+
+def category(node: Node, snap: Snapshot) -> str:
+    """Bucket of a node for the task's counters: ACTIVE (waiting or running), PAUSED,
+    FAILED_UNROUTED (failed with no ``on_failure``) or the state's own name."""
+    if snap.state in (NodeState.WAITING, NodeState.RUNNING):
+        return "ACTIVE"
+    if snap.state is NodeState.FAILED and not node.on_failure:
+        return "FAILED_UNROUTED"
+    return snap.state.value
+
+
+def derive_status(counts: Mapping[str, int], cancelled: bool) -> TaskStatus:
+    """Task status from node counters: running while anything is active, paused while
+    only gates wait, then DEAD > FAILED > SUCCEEDED."""
+    if cancelled:
+        return TaskStatus.CANCELLED
+    if counts.get("ACTIVE", 0) > 0:
+        return TaskStatus.RUNNING
+    if counts.get("PAUSED", 0) > 0:
+        return TaskStatus.PAUSED
+    if counts.get("DEAD", 0) > 0:
+        return TaskStatus.DEAD
+    if counts.get("FAILED_UNROUTED", 0) > 0:
+        return TaskStatus.FAILED
+    return TaskStatus.SUCCEEDED
+
+
+class _Builder:
+    """Accumulates a plan; reads see the plan's own writes first."""
+
+    def __init__(self, view: View, now: float, ids: EventIds, actor: str) -> None:
+        self.view = view
+        self.now = now
+        self.ids = ids
+        self.actor = actor
+        self.plan = Plan(result="committed")
+
+    def snap(self, node_id: str) -> Snapshot:
+        return self.plan.writes.get(node_id) or self.view.snap(node_id)
+
+    def write(self, snap: Snapshot) -> None:
+        self.plan.writes[snap.node_id] = replace(snap, last_updated=self.now)
+
+    def event(self, kind: str, snap: Snapshot | None = None, detail: str = "") -> None:
+        self.plan.events.append(
+            Event(
+                task_id=self.view.task.task_id,
+                event_id=self.ids(),
+                kind=kind,
+                at=self.now,
+                node_id=snap.node_id if snap else "",
+                state=snap.state.value if snap else "",
+                attempt=snap.attempt if snap else 0,
+                fence=snap.fence if snap else 0,
+                actor=self.actor,
+                detail=detail,
+            )
+        )
+
+    def output_of(self, node_id: str) -> Any:
+        written = self.plan.writes.get(node_id)
+        if written is not None and written.output_ref is None:
+            return written.output
+        return self.view.output(node_id)
+
+    # ------------------------------------------------------------- templates
+
+    def context(self, refs: frozenset[str] | None, output: Any = template.MISSING) -> dict[str, Any]:
+        node_ids: Iterable[str] = self.view.dag.nodes if refs is None else sorted(refs)
+        if refs is None:
+            self.view.require(self.view.dag.nodes)
+        else:
+            self.view.require(refs)
+        outputs = {}
+        for nid in node_ids:
+            if self.snap(nid).state is NodeState.SUCCEEDED:
+                outputs[nid] = self.output_of(nid)
+            else:
+                outputs[nid] = None
+        task = self.view.task
+        return template.template_context(
+            input=self.view.input(),
+            nodes=outputs,
+            task={"id": task.task_id, "labels": dict(task.labels), "dag": task.dag_name},
+            output=output,
+        )
+
+    # ------------------------------------------------------------- edges
+
+    def decide_edges(self, node: Node, output: Any, label: str | None = None) -> tuple[NextHop, ...]:
+        """Evaluate ``node``'s guards once; the result is cached in ``next_hops``."""
+        taken: dict[str, bool] = {}
+        ctx: dict[str, Any] | None = None
+        for edge in node.next:
+            if edge.when is not None:
+                hit = label == edge.when
+            elif edge.condition is not None:
+                if ctx is None:
+                    ctx = self.context(_guard_refs(node), output)
+                hit = template.evaluate_guard(edge.condition, ctx)
+            else:
+                hit = True
+            taken[edge.target] = taken.get(edge.target, False) or hit
+        if node.on_failure:
+            taken.setdefault(node.on_failure, False)
+        return tuple(NextHop(t, v) for t, v in taken.items())
+
+    # ------------------------------------------------------------- propagation
+
+    def settle(self, candidates: Iterable[str]) -> None:
+        """Ready or skip every PENDING node whose predecessors are all decided;
+        propagate through skipped and inline-resolved nodes (worklist, no recursion)."""
+        dag = self.view.dag
+        work = list(dict.fromkeys(candidates))
+        while work:
+            nid = work.pop(0)
+            snap = self.snap(nid)
+            if snap.state is not NodeState.PENDING:
+                continue
+            preds = dag.predecessors[nid]
+            self.view.require(preds)
+            taken = False
+            for pid in preds:
+                pred = self.snap(pid)
+                if pred.state not in DECIDED_STATES:
+                    break
+                taken = taken or any(h.target_node_id == nid and h.is_taken for h in pred.next_hops)
+            else:
+                node = dag.nodes[nid]
+                if taken or not preds:
+                    work.extend(self.ready(node))
+                else:
+                    skipped = replace(
+                        snap, state=NodeState.SKIPPED, finished_at=self.now,
+                        next_hops=tuple(NextHop(t, False) for t in node.targets),
+                    )
+                    self.write(skipped)
+                    self.event("skipped", skipped, "no taken edge leads here")
+                    work.extend(node.targets)
+
+    def ready(self, node: Node) -> list[str]:
+        """Make ``node`` runnable. Returns successors to settle (for inline nodes)."""
+        snap = self.snap(node.id)
+        if node.type == "condition":
+            return self._run_condition(node, snap)
+        try:
+            params = self._render_params(node)
+        except TemplateError as exc:
+            return self.fail(node, snap, f"input template: {exc}", retryable=False)
+        snap = replace(
+            snap, input=params, input_ref=None,
+            input_revision=sha256_json([snap.task_id, node.id, params]),
+            ready_at=self.now, not_before=0.0, error="", evidence="",
+        )
+        if node.type == "human_gateway":
+            snap = replace(
+                snap, state=NodeState.PAUSED, paused_at=self.now,
+                gate_until=self.now + node.timeout,
+            )
+            self.write(snap)
+            self.event("paused", snap, f"waiting for a decision until {snap.gate_until:.0f}")
+            return []
+        snap = replace(snap, state=NodeState.WAITING)
+        self.write(snap)
+        self.event("ready", snap)
+        self.plan.enqueue.append((node.id, 0.0))
+        return []
+
+    def _render_params(self, node: Node) -> dict[str, Any]:
+        refs = _param_refs(node)
+        ctx = self.context(refs)
+        params: dict[str, Any] = {"input": template.render_value(node.input, ctx)}
+        if node.prompt is not None:
+            params["prompt"] = template.render(node.prompt, ctx)
+        if node.type == "human_gateway" and node.description:
+            params["description"] = template.render(node.description, ctx)
+        return params
+
+    def _run_condition(self, node: Node, snap: Snapshot) -> list[str]:
+        assert node.expression is not None
+        preds = self.view.dag.predecessors[node.id]
+        upstream = [p for p in preds if self.snap(p).state is NodeState.SUCCEEDED]
+        try:
+            output = self.output_of(upstream[0]) if upstream else None
+            if node.input is not None:
+                output = template.render_value(node.input, self.context(_param_refs(node)))
+            ctx = self.context(_expression_refs(node), output)
+            label = template.evaluate_expression(node.expression, ctx)
+            hops = self.decide_edges(node, label, label)
+        except TemplateError as exc:
+            return self.fail(node, snap, f"condition: {exc}", retryable=False)
+        done = replace(
+            snap, state=NodeState.SUCCEEDED, attempt=snap.attempt + 1, fence=snap.fence + 1,
+            input={"output": output}, output=label, output_ref=None,
+            output_sha256=sha256_json(label), next_hops=hops, ready_at=self.now,
+            started_at=self.now, finished_at=self.now,
+        )
+        self.write(done)
+        self.event("committed", done, f"label={label} -> {_taken(hops)}")
+        return list(node.targets)
+
+    def fail(self, node: Node, snap: Snapshot, message: str, *, retryable: bool,
+             dead: bool = False) -> list[str]:
+        """Final failure: route through ``on_failure`` when the node has one (FAILED);
+        otherwise DEAD (``dead=True``: needs a person) or FAILED (task fails)."""
+        if node.on_failure:
+            hops = tuple(NextHop(t, t == node.on_failure) for t in node.targets)
+            out = replace(snap, state=NodeState.FAILED, error=message,
+                          error_retryable=retryable, next_hops=hops, finished_at=self.now)
+            self.write(out)
+            self.event("failed", out, f"{message}; routed to {node.on_failure}")
+            return list(node.targets)
+        state = NodeState.DEAD if dead else NodeState.FAILED
+        out = replace(snap, state=state, error=message, error_retryable=retryable,
+                      finished_at=self.now, owner="", lease_until=0.0)
+        if state is NodeState.FAILED:
+            out = replace(out, next_hops=tuple(NextHop(t, False) for t in node.targets))
+        self.write(out)
+        self.event(state.value.lower(), out, message)
+        return list(node.targets) if state is NodeState.FAILED else []
+
+
+def _templates_in(value: Any) -> Iterable[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, Mapping):
+        for v in value.values():
+            yield from _templates_in(v)
+    elif isinstance(value, list | tuple):
+        for v in value:
+            yield from _templates_in(v)
+
+
+def _union_refs(sources: Iterable[str]) -> frozenset[str] | None:
+    refs: set[str] = set()
+    for src in sources:
+        found = template.referenced_nodes(src)
+        if found is None:
+            return None
+        refs |= found
+    return frozenset(refs)
+
+
+def _param_refs(node: Node) -> frozenset[str] | None:
+    sources = list(_templates_in(node.input))
+    if node.prompt is not None:
+        sources.append(node.prompt)
+    if node.description is not None and node.type == "human_gateway":
+        sources.append(node.description)
+    return _union_refs(sources)
+
+
+def _guard_refs(node: Node) -> frozenset[str] | None:
+    return _union_refs(e.condition for e in node.next if e.condition is not None)
+
+
+def _expression_refs(node: Node) -> frozenset[str] | None:
+    return _union_refs([node.expression or ""])
+
+
+def _taken(hops: Iterable[NextHop]) -> str:
+    hops = tuple(hops)
+    names = [h.target_node_id for h in hops if h.is_taken]
+    if not hops:
+        return "(end)"
+    return ", ".join(names) if names else "(no edge taken)"
+
+
+def _builder(view: View, now: float, ids: EventIds, actor: str) -> _Builder:
+    return _Builder(view, now, ids, actor)
+
+
+# --------------------------------------------------------------------------- rules
+
+
+def plan_submit(view: View, *, now: float, ids: EventIds, actor: str = "api") -> Plan:
+    """Initial snapshots (all PENDING) with the entry nodes readied. ``view.snaps``
+    must hold a fresh PENDING snapshot for every node."""
+    b = _builder(view, now, ids, actor)
+    for snap in view.snaps.values():
+        b.write(snap)
+    b.event("submitted", None, f"dag={view.task.dag_name} hash={view.task.dag_hash[:12]}")
+    b.settle(view.dag.entry_nodes)
+    return b.plan
+
+
+def plan_claim(view: View, node_id: str, *, worker: str, lease: float, now: float,
+               ids: EventIds) -> Plan:
+    """WAITING (or RUNNING with an expired lease or stalled progress) → RUNNING with
+    ``fence += 1`` and ``attempt += 1``; past the deadline or the attempt budget → DEAD."""
+    b = _builder(view, now, ids, worker)
+    node = view.dag.nodes[node_id]
+    snap = view.snap(node_id)
+    task = view.task
+    if snap.state is NodeState.WAITING:
+        if now < snap.not_before:
+            return Plan("not-claimable", detail=("backoff", snap.not_before - now))
+    elif snap.state is NodeState.RUNNING:
+        stall = node.stall_timeout or node.timeout
+        if now < snap.lease_until and now - snap.progress_at <= stall:
+            return Plan("not-claimable", detail=("leased", snap.lease_until - now))
+        b.event("lease_expired", snap, f"owner {snap.owner} lost the node (fence {snap.fence})")
+    else:
+        return Plan("not-claimable", detail=(snap.state.value, 0.0))
+    if task.deadline and now >= task.deadline:
+        b.fail(node, snap, "task deadline passed", retryable=False, dead=True)
+        b.plan.result = "dead"
+        return b.plan
+    if (node.queue_timeout and snap.state is NodeState.WAITING
+            and now - snap.ready_at > node.queue_timeout):
+        b.fail(node, snap, f"waited {now - snap.ready_at:.0f}s for a worker "
+               f"(queue_timeout {node.queue_timeout:g}s)", retryable=False, dead=True)
+        b.plan.result = "dead"
+        return b.plan
+    if snap.attempt >= node.attempts:
+        b.fail(node, snap, f"attempts exhausted ({snap.attempt}/{node.attempts})"
+               + (f": {snap.error}" if snap.error else ""), retryable=False, dead=True)
+        b.plan.result = "dead"
+        return b.plan
+    until = now + lease
+    if task.deadline:
+        until = min(until, task.deadline)
+    claimed = replace(
+        snap, state=NodeState.RUNNING, fence=snap.fence + 1, attempt=snap.attempt + 1,
+        owner=worker, lease_until=until, heartbeat_at=now, progress_at=now,
+        progress_marker="", started_at=now, evidence="",
+    )
+    b.write(claimed)
+    b.event("claimed", claimed)
+    b.plan.result = "claimed"
+    b.plan.detail = claimed
+    return b.plan
+
+
+def _holds(snap: Snapshot, fence: int, now: float) -> bool:
+    return snap.state is NodeState.RUNNING and snap.fence == fence and now <= snap.lease_until
+
+
+def plan_heartbeat(view: View, node_id: str, *, fence: int, lease: float, now: float,
+                   ids: EventIds) -> Plan:
+    """Renew the lease only (never counts as progress)."""
+    snap = view.snap(node_id)
+    if not _holds(snap, fence, now):
+        return Plan("stale")
+    b = _builder(view, now, ids, snap.owner)
+    until = now + lease
+    if view.task.deadline:
+        until = min(until, view.task.deadline)
+    b.write(replace(snap, lease_until=until, heartbeat_at=now))
+    b.plan.result = "ok"
+    return b.plan
+
+
+def plan_progress(view: View, node_id: str, *, fence: int, marker: str, lease: float,
+                  now: float, ids: EventIds) -> Plan:
+    """Record a business checkpoint (and renew the lease)."""
+    snap = view.snap(node_id)
+    if not _holds(snap, fence, now):
+        return Plan("stale")
+    b = _builder(view, now, ids, snap.owner)
+    until = now + lease
+    if view.task.deadline:
+        until = min(until, view.task.deadline)
+    out = replace(snap, lease_until=until, heartbeat_at=now, progress_at=now,
+                  progress_marker=marker[:200])
+    b.write(out)
+    b.event("progress", out, marker[:200])
+    b.plan.result = "ok"
+    return b.plan
+
+
+def plan_complete(view: View, node_id: str, *, fence: int, outcome: Outcome, now: float,
+                  ids: EventIds, config: RuleConfig) -> Plan:
+    """Commit an attempt's outcome: ``committed`` only with the current fence; a repeat
+    of the committed result is ``already-done``; anything else is ``stale``."""
+    snap = view.snap(node_id)
+    node = view.dag.nodes[node_id]
+    if snap.state is NodeState.SUCCEEDED and isinstance(outcome, Success):
+        same = snap.fence == fence and snap.output_sha256 == sha256_json(outcome.output)
+        return Plan("already-done" if same else "stale")
+    if not _holds(snap, fence, now):
+        return Plan("stale")
+    b = _builder(view, now, ids, snap.owner)
+    if isinstance(outcome, Success):
+        try:
+            hops = b.decide_edges(node, outcome.output)
+        except TemplateError as exc:
+            b.fail(node, snap, f"guard on {node_id}: {exc}", retryable=False)
+            b.settle(node.targets)
+            return b.plan
+        done = replace(
+            snap, state=NodeState.SUCCEEDED, output=outcome.output, output_ref=None,
+            output_sha256=sha256_json(outcome.output), next_hops=hops, finished_at=now,
+            lease_until=0.0, error="", evidence="",
+        )
+        b.write(done)
+        b.event("committed", done, f"-> {_taken(hops)}")
+        b.settle(node.targets)
+        return b.plan
+    if isinstance(outcome, Unavailable):
+        # The dependency is down: keep WAITING with the evidence, refund the attempt.
+        back = replace(
+            snap, state=NodeState.WAITING, attempt=snap.attempt - 1, owner="",
+            lease_until=0.0, evidence=f"{outcome.dependency}: {outcome.evidence}"[:1000],
+            not_before=now + config.unavailable_delay,
+        )
+        b.write(back)
+        b.event("unavailable", back, back.evidence)
+        b.plan.enqueue.append((node_id, config.unavailable_delay))
+        return b.plan
+    assert isinstance(outcome, Failure)
+    message = outcome.message[:2000]
+    if outcome.retryable and snap.attempt < node.attempts:
+        delay = backoff_delay(snap.attempt, f"{snap.task_id}/{node_id}/{snap.attempt}", config)
+        back = replace(
+            snap, state=NodeState.WAITING, owner="", lease_until=0.0, error=message,
+            error_retryable=True, not_before=now + delay,
+        )
+        b.write(back)
+        b.event("retry", back, f"{message} (retry in {delay:.1f}s)")
+        b.plan.enqueue.append((node_id, delay))
+        return b.plan
+    exhausted = outcome.retryable
+    reason = f"attempts exhausted ({snap.attempt}/{node.attempts}): {message}" if exhausted else message
+    b.fail(node, snap, reason, retryable=outcome.retryable, dead=exhausted)
+    b.settle(node.targets)
+    return b.plan
+
+
+def plan_decide(view: View, node_id: str, *, decision: str, by: str, comment: str,
+                now: float, ids: EventIds) -> Plan:
+    """Record a human decision on a paused gate and route on it."""
+    if decision not in ("approve", "reject"):
+        raise InputError(f"decision must be 'approve' or 'reject', not {decision!r}")
+    node = view.dag.nodes.get(node_id)
+    if node is None:
+        raise InputError(f"task has no node {node_id!r}")
+    if node.type != "human_gateway":
+        raise InputError(f"node {node_id!r} is a {node.type}, not a human_gateway")
+    snap = view.snap(node_id)
+    if snap.decision is not None:
+        if snap.decision.get("decision") == decision:
+            return Plan("already-done")
+        raise Conflict(
+            f"gate {node_id!r} was already decided: {snap.decision.get('decision')} by "
+            f"{snap.decision.get('by')}"
+        )
+    if snap.state is not NodeState.PAUSED:
+        raise Conflict(f"gate {node_id!r} is {snap.state.value}, not waiting for a decision")
+    b = _builder(view, now, ids, by)
+    record = {"decision": decision, "by": by, "at": now, "comment": comment[:2000]}
+    output = dict(record)
+    try:
+        hops = b.decide_edges(node, output, decision)
+    except TemplateError as exc:
+        b.fail(node, snap, f"guard on {node_id}: {exc}", retryable=False)
+        b.settle(node.targets)
+        return b.plan
+    done = replace(
+        snap, state=NodeState.SUCCEEDED, decision=record, output=output, output_ref=None,
+        output_sha256=sha256_json(output), next_hops=hops, finished_at=now,
+        paused_seconds=snap.paused_seconds + (now - snap.paused_at), paused_at=0.0,
+        attempt=max(snap.attempt, 1),
+    )
+    b.write(done)
+    b.event("decided", done, f"{decision} by {by}" + (f": {comment}" if comment else ""))
+    b.settle(node.targets)
+    return b.plan
+
+
+def plan_expire(view: View, node_id: str, *, now: float, ids: EventIds,
+                owner_dead: bool = False) -> Plan:
+    """Reconciler: apply the task deadline, expire leases and stalls (fence bump, so the
+    old owner's writes become stale), and time out gates with their default route.
+    ``owner_dead``: the owner process is known to be gone, its lease is void."""
+    b = _builder(view, now, ids, "reconciler")
+    node = view.dag.nodes[node_id]
+    snap = view.snap(node_id)
+    task = view.task
+    if snap.state in FINAL_STATES or snap.state is NodeState.PENDING:
+        return Plan("ok")
+    if task.deadline and now >= task.deadline:
+        b.fail(node, snap, "task deadline passed", retryable=False, dead=True)
+        b.settle(node.targets)
+        return b.plan
+    if snap.state is NodeState.PAUSED and node.type == "human_gateway" and now >= snap.gate_until:
+        decision = node.on_timeout or "reject"
+        return plan_decide(view, node_id, decision=decision, by="ax:gate-timeout",
+                           comment=f"no decision within {node.timeout:g}s", now=now, ids=ids)
+    if snap.state is NodeState.RUNNING:
+        stall = node.stall_timeout or node.timeout
+        expired = now > snap.lease_until or owner_dead
+        stalled = now - snap.progress_at > stall
+        if not (expired or stalled):
+            return Plan("ok")
+        why = ("owner process is gone" if owner_dead else "lease expired") if expired else (
+            f"no progress for {now - snap.progress_at:.0f}s")
+        if snap.attempt >= node.attempts:
+            b.fail(node, snap, f"{why} on the last attempt ({snap.attempt}/{node.attempts})",
+                   retryable=True, dead=True)
+            b.settle(node.targets)
+            return b.plan
+        back = replace(snap, state=NodeState.WAITING, fence=snap.fence + 1, owner="",
+                       lease_until=0.0, error=why, error_retryable=True, not_before=0.0)
+        b.write(back)
+        b.event("lease_expired", back, f"{why}; owner {snap.owner} fenced out")
+        b.plan.enqueue.append((node_id, 0.0))
+        return b.plan
+    return Plan("ok")
+
+
+def plan_cancel(view: View, *, now: float, ids: EventIds, by: str) -> Plan:
+    """Cancel every unfinished node; running workers find their fence stale."""
+    view.require(view.dag.nodes)
+    b = _builder(view, now, ids, by)
+    if view.task.status.final:
+        return Plan("already-done")
+    for nid in view.dag.nodes:
+        snap = view.snap(nid)
+        if snap.state not in FINAL_STATES:
+            out = replace(snap, state=NodeState.CANCELLED, owner="", lease_until=0.0,
+                          finished_at=now, fence=snap.fence + 1)
+            b.write(out)
+            b.event("cancelled", out, f"cancelled by {by}")
+    b.plan.task = replace(view.task, status=TaskStatus.CANCELLED)
+    return b.plan
+
+
+def plan_retry(view: View, from_node: str, *, input_override: Any, now: float,
+               ids: EventIds, by: str) -> Plan:
+    """Admin retry: re-run ``from_node`` and everything after it; committed nodes that
+    are not descendants of it stay untouched."""
+    dag = view.dag
+    if from_node not in dag.nodes:
+        raise InputError(f"task has no node {from_node!r}")
+    view.require(dag.nodes)
+    snap = view.snap(from_node)
+    if snap.state in (NodeState.WAITING, NodeState.RUNNING, NodeState.PAUSED):
+        raise Conflict(f"node {from_node!r} is {snap.state.value}; nothing to retry")
+    if snap.state is NodeState.PENDING:
+        raise Conflict(f"node {from_node!r} has not been reached yet")
+    b = _builder(view, now, ids, by)
+    descendants = _descendants(dag, from_node)
+    for nid in sorted(descendants):
+        s = view.snap(nid)
+        if s.state is not NodeState.PENDING:
+            b.write(_reset(s))
+    b.write(_reset(snap))
+    b.event("retried", b.snap(from_node), f"retry from {from_node} by {by}")
+    if input_override is not None:
+        node = dag.nodes[from_node]
+        params = {"input": input_override}
+        s = replace(b.snap(from_node), input=params,
+                    input_revision=sha256_json([snap.task_id, from_node, params]),
+                    state=NodeState.WAITING, ready_at=now)
+        if node.type in INLINE_TYPES:
+            raise InputError("--input applies to tool_call and llm_call nodes only")
+        b.write(s)
+        b.event("ready", s, "input overridden")
+        b.plan.enqueue.append((from_node, 0.0))
+    else:
+        b.settle([from_node])
+    b.plan.task = replace(view.task, status=TaskStatus.RUNNING, finished_at=0.0)
+    return b.plan
+
+
+def _reset(snap: Snapshot) -> Snapshot:
+    # The fence only ever grows, so a worker of the old run can never commit.
+    return Snapshot(task_id=snap.task_id, node_id=snap.node_id, fence=snap.fence + 1)
+
+
+def _descendants(dag: Dag, start: str) -> set[str]:
+    seen: set[str] = set()
+    work = list(dag.nodes[start].targets)
+    while work:
+        nid = work.pop()
+        if nid not in seen:
+            seen.add(nid)
+            work.extend(dag.nodes[nid].targets)
+    return seen

@@ -1,0 +1,72 @@
+"""What a transition rule may read: one task, its DAG, and the snapshots it asked for.
+
+Rules are pure, so they cannot fetch; when a rule needs a snapshot or a blob the shell
+has not loaded yet it raises :class:`Need`, the shell loads exactly that and calls the
+rule again. A transition therefore reads only the keys its decision depends on, which
+keeps the per-node cost flat in the size of the DAG.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from axengine.dag import Dag
+from axengine.records import Snapshot, TaskRecord
+
+__all__ = ["Need", "View"]
+
+
+class Need(Exception):  # noqa: N818 - control flow between the pure core and its shell
+    """Raised by a rule: load these snapshots (node ids) and/or blob outputs, then retry."""
+
+    def __init__(self, *, nodes: Iterable[str] = (), outputs: Iterable[str] = (),
+                 task_input: bool = False) -> None:
+        super().__init__("need more state")
+        self.nodes = frozenset(nodes)
+        self.outputs = frozenset(outputs)
+        self.task_input = task_input
+
+
+@dataclass
+class View:
+    """The state a rule reads. ``revs`` holds each loaded snapshot's ``mod_revision``
+    (0 for a snapshot that does not exist yet)."""
+
+    dag: Dag
+    task: TaskRecord
+    task_rev: int
+    snaps: dict[str, Snapshot] = field(default_factory=dict)
+    revs: dict[str, int] = field(default_factory=dict)
+    outputs: dict[str, Any] = field(default_factory=dict)
+    task_input: Any = None
+    task_input_loaded: bool = False
+
+    def snap(self, node_id: str) -> Snapshot:
+        try:
+            return self.snaps[node_id]
+        except KeyError:
+            raise Need(nodes=(node_id,)) from None
+
+    def require(self, node_ids: Iterable[str]) -> None:
+        missing = [n for n in node_ids if n not in self.snaps]
+        if missing:
+            raise Need(nodes=missing)
+
+    def output(self, node_id: str) -> Any:
+        """The output of a node, loading it from the blob store when it lives there."""
+        snap = self.snap(node_id)
+        if snap.output_ref is None:
+            return snap.output
+        if node_id not in self.outputs:
+            raise Need(outputs=(node_id,))
+        return self.outputs[node_id]
+
+    def input(self) -> Any:
+        """The task input (from the blob store when large)."""
+        if self.task.input_ref is None:
+            return self.task.input
+        if not self.task_input_loaded:
+            raise Need(task_input=True)
+        return self.task_input

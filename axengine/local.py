@@ -1,0 +1,229 @@
+"""The embedded engine in one process: store, queue, worker(s) and reconciler together.
+
+This is what ``ax run`` and ``ax.run`` use. Everything is durable in the embedded store
+(``.ax/ax.db`` by default), so a run killed at any point resumes with
+``LocalSession.wait(task_id)`` (``ax run --resume TASK``): the first reconcile pass
+re-enqueues WAITING nodes and fences out RUNNING nodes whose owner process is gone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from axengine.config import AxConfig
+from axengine.dag import Dag
+from axengine.engine import (
+    EngineConfig,
+    Event,
+    NodeState,
+    Reconciler,
+    TaskRecord,
+    TaskStatus,
+    TaskView,
+)
+from axengine.engine._shell import host_pid_owner
+from axengine.worker import Worker
+from axengine.wiring import Runtime, build_runtime
+from executors.contract import Handler
+
+__all__ = ["GateDecider", "LocalSession", "RunResult", "load_any_dag", "result_of"]
+
+#: Asked for a decision at a waiting gate: ``(task, node_id) -> "approve"|"reject"|None``.
+GateDecider = Callable[[TaskView, str], Awaitable[str | None]]
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """The result of a run.
+
+    Attributes:
+        task_id: Task id (resume with it).
+        status: Task status (``SUCCEEDED``, ``FAILED``, ``DEAD``, ``PAUSED``...).
+        outputs: Output of every node that succeeded.
+        path: Nodes that committed, in commit order — the path taken.
+        states: State of every node.
+        waiting: Gates waiting for a decision (when ``status == "PAUSED"``).
+        errors: Last error of nodes that have one.
+    """
+
+    task_id: str
+    status: str
+    outputs: Mapping[str, Any]
+    path: Sequence[str]
+    states: Mapping[str, str]
+    waiting: Sequence[str] = ()
+    errors: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == TaskStatus.SUCCEEDED.value
+
+
+def result_of(view: TaskView, events: Sequence[Event]) -> RunResult:
+    """Build a :class:`RunResult` from a task view and its timeline."""
+    path = [e.node_id for e in events if e.kind in ("committed", "decided")]
+    snaps = view.snapshots
+    return RunResult(
+        task_id=view.task.task_id,
+        status=view.task.status.value,
+        outputs={n: s.output for n, s in snaps.items() if s.state is NodeState.SUCCEEDED},
+        path=path,
+        states={n: s.state.value for n, s in snaps.items()},
+        waiting=[n for n, s in snaps.items()
+                 if s.state is NodeState.PAUSED and view.dag.nodes[n].type == "human_gateway"],
+        errors={n: s.error for n, s in snaps.items() if s.error},
+    )
+
+
+def load_any_dag(dag: str | Path | Dag | Mapping[str, Any]) -> Dag:
+    """A DAG from a path, a parsed mapping, or a :class:`Dag`."""
+    from axengine import dag as dagmod
+
+    if isinstance(dag, Dag):
+        return dag
+    if isinstance(dag, Mapping):
+        return dagmod.load_dag_mapping(dag)
+    return dagmod.load_dag(dag)
+
+
+class LocalSession:
+    """An embedded engine with its worker and reconciler running in this event loop.
+
+    Args:
+        config: Where the store and blobs live (default: from the environment, ``.ax``).
+        concurrency: Nodes run at once by the in-process worker.
+        lease_seconds: Lease of each claim (renewed by heartbeats).
+        reconcile_interval: Seconds between reconciler passes.
+        handler: Node handler (default: ``executors.handlers.handle``).
+        engine_config: Engine tunables.
+    """
+
+    def __init__(
+        self,
+        config: AxConfig | None = None,
+        *,
+        concurrency: int = 4,
+        lease_seconds: float = 30.0,
+        reconcile_interval: float = 0.5,
+        handler: Handler | None = None,
+        engine_config: EngineConfig | None = None,
+    ) -> None:
+        self.config = config or AxConfig.from_env()
+        self.concurrency = concurrency
+        self.lease_seconds = lease_seconds
+        self.reconcile_interval = reconcile_interval
+        self.handler = handler
+        self.engine_config = engine_config
+        self._runtime: Runtime | None = None
+        self._stop = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._changed: dict[str, asyncio.Event] = {}
+        self.worker: Worker | None = None
+        self.reconciler: Reconciler | None = None
+
+    @property
+    def runtime(self) -> Runtime:
+        if self._runtime is None:
+            raise RuntimeError("LocalSession is not started: use 'async with'")
+        return self._runtime
+
+    @property
+    def engine(self) -> Any:
+        return self.runtime.engine
+
+    async def __aenter__(self) -> LocalSession:
+        self._runtime = build_runtime(self.config, engine_config=self.engine_config)
+        engine = self._runtime.engine
+        engine.add_listener(self._on_commit)
+        owner = host_pid_owner("w")
+        self.worker = Worker(engine=engine, queue=self._runtime.queue, handler=self.handler,
+                             worker_id=owner, concurrency=self.concurrency,
+                             lease_seconds=self.lease_seconds,
+                             settings=self.config.handler_settings, poll_timeout=0.2)
+        self.reconciler = Reconciler(engine, owner=owner, interval=self.reconcile_interval,
+                                     leader_ttl=max(5.0, self.reconcile_interval * 4))
+        # Rebuild the in-process queue from the store before serving anything.
+        if await self.reconciler.elect():
+            await self.reconciler.run_once()
+        self._tasks = [asyncio.create_task(self.worker.run(self._stop)),
+                       asyncio.create_task(self.reconciler.run(self._stop))]
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc: BaseException | None, tb: TracebackType | None) -> None:
+        self._stop.set()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self.runtime.close()
+
+    def _on_commit(self, task: TaskRecord, events: Sequence[Event]) -> None:
+        flag = self._changed.get(task.task_id)
+        if flag is not None:
+            flag.set()
+
+    async def submit(self, dag: str | Path | Dag | Mapping[str, Any], input: Any,
+                     **options: Any) -> str:
+        """Submit a task; ``options`` as for :meth:`Engine.submit`. Returns its id."""
+        result = await self.engine.submit(load_any_dag(dag), input, **options)
+        return str(result.task_id)
+
+    async def result(self, task_id: str) -> RunResult:
+        view = await self.engine.get_task(task_id)
+        return result_of(view, await self.engine.events(task_id))
+
+    async def wait(
+        self,
+        task_id: str,
+        *,
+        decide: Mapping[str, str] | None = None,
+        decided_by: str = "local",
+        on_gate: GateDecider | None = None,
+        timeout: float | None = None,
+    ) -> RunResult:
+        """Run until the task is final, or paused at a gate nobody decides.
+
+        Args:
+            decide: Decisions supplied up front, by gate node id.
+            decided_by: Recorded as the author of those decisions.
+            on_gate: Asked for a decision at a gate not in ``decide`` (e.g. a prompt on a
+                terminal); None answer leaves the task PAUSED and returns.
+            timeout: Give up waiting after this many seconds (the task keeps its state).
+        """
+        decide = dict(decide or {})
+        flag = self._changed.setdefault(task_id, asyncio.Event())
+        loop = asyncio.get_running_loop()
+        end = None if timeout is None else loop.time() + timeout
+        asked: set[str] = set()
+        while True:
+            flag.clear()
+            view = await self.engine.get_task(task_id)
+            status = view.task.status
+            if status.final:
+                break
+            if status is TaskStatus.PAUSED:
+                progressed = False
+                for gate in result_of(view, ()).waiting:
+                    decision = decide.get(gate)
+                    if decision is None and on_gate is not None and gate not in asked:
+                        asked.add(gate)
+                        decision = await on_gate(view, gate)
+                    if decision is not None:
+                        await self.engine.decide(task_id, gate, decision=decision,
+                                                 by=decided_by, comment="")
+                        progressed = True
+                if not progressed:
+                    break
+                continue
+            wait_for = 1.0 if end is None else min(1.0, end - loop.time())
+            if wait_for <= 0:
+                break
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(flag.wait(), timeout=wait_for)
+        return await self.result(task_id)

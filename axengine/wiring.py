@@ -1,0 +1,66 @@
+"""The one place concrete backends are built from configuration."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from axengine.blobs import BlobStore, DirBlobStore
+from axengine.config import AxConfig
+from axengine.engine import Engine, EngineConfig
+from axengine.errors import InputError
+from axengine.keys import StoreKeys
+from axengine.queue import WorkQueue
+from axengine.store import StateStore
+
+__all__ = ["Runtime", "build_runtime", "open_queue", "open_store"]
+
+
+def open_store(url: str) -> StateStore:
+    """``sqlite:///path`` → SqliteStore; ``etcd://host:port`` → EtcdStore."""
+    if url.startswith("sqlite:"):
+        from axengine.store.embedded import SqliteStore
+
+        return SqliteStore.from_url(url)
+    if url.startswith(("etcd:", "etcds:")):
+        from axengine.store.etcd import EtcdStore
+
+        return EtcdStore.from_url(url)
+    raise InputError(f"unsupported store URL {url!r}: use sqlite:///path or etcd://host:2379")
+
+
+def open_queue(url: str) -> WorkQueue:
+    """``memory://`` → InProcessQueue; ``redis://host:port/db`` → RedisQueue."""
+    if url in ("memory://", "memory:", ""):
+        from axengine.queue.inprocess import InProcessQueue
+
+        return InProcessQueue()
+    if url.startswith(("redis:", "rediss:")):
+        from axengine.queue.redis import RedisQueue
+
+        return RedisQueue.from_url(url)
+    raise InputError(f"unsupported queue URL {url!r}: use memory:// or redis://host:6379/0")
+
+
+@dataclass
+class Runtime:
+    """A wired engine with the backends it owns."""
+
+    config: AxConfig
+    store: StateStore
+    queue: WorkQueue
+    blobs: BlobStore
+    engine: Engine
+
+    async def close(self) -> None:
+        await self.queue.close()
+        await self.store.close()
+
+
+def build_runtime(config: AxConfig, *, engine_config: EngineConfig | None = None) -> Runtime:
+    """Build store, queue, blob store and engine from ``config``."""
+    store = open_store(config.resolved_store_url)
+    queue = open_queue(config.queue_url)
+    blobs = DirBlobStore(config.resolved_blob_dir)
+    engine = Engine(store=store, queue=queue, blobs=blobs, keys=StoreKeys(config.prefix),
+                    config=engine_config)
+    return Runtime(config=config, store=store, queue=queue, blobs=blobs, engine=engine)

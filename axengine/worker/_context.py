@@ -1,0 +1,141 @@
+"""The :class:`executors.contract.NodeContext` a running handler sees.
+
+Handlers run in worker threads; every call here crosses back into the worker's event
+loop (``run_coroutine_threadsafe``) to reach the engine, so the engine client needs no
+thread safety of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from axengine import faults
+from executors.contract import EffectState, NodeRequest
+
+__all__ = ["EngineClient", "RunContext"]
+
+#: Seconds to wait for the engine when a handler heartbeats, reports or records an effect.
+CALL_TIMEOUT = 30.0
+
+
+class EngineClient(Protocol):
+    """What a worker needs from the control plane (the in-process ``Engine`` or the
+    gRPC client of the API server)."""
+
+    async def claim(self, task_id: str, node_id: str, *, worker: str,
+                    lease_seconds: float | None = None) -> Any: ...
+
+    async def heartbeat(self, task_id: str, node_id: str, *, fence: int,
+                        lease_seconds: float | None = None) -> str: ...
+
+    async def progress(self, task_id: str, node_id: str, *, fence: int, marker: str,
+                       lease_seconds: float | None = None) -> str: ...
+
+    async def complete(self, task_id: str, node_id: str, *, fence: int,
+                       outcome: Any) -> str: ...
+
+    async def effect_begin(self, key: str, *, task_id: str, node_id: str) -> str: ...
+
+    async def effect_done(self, key: str, result: Mapping[str, Any]) -> None: ...
+
+    async def effect_get(self, key: str) -> Any: ...
+
+
+class _Effect:
+    def __init__(self, ctx: RunContext, key: str) -> None:
+        self._ctx = ctx
+        self._key = key
+
+    @property
+    def key(self) -> str:
+        return self._key
+
+    def state(self) -> EffectState:
+        record = self._ctx.call(self._ctx.engine.effect_get(self._key))
+        return "NEW" if record is None else record.state  # type: ignore[no-any-return]
+
+    def begin(self) -> EffectState:
+        req = self._ctx.request
+        state: EffectState = self._ctx.call(
+            self._ctx.engine.effect_begin(self._key, task_id=req.task_id, node_id=req.node_id))
+        if state == "NEW":
+            faults.point("effect-begun")
+        return state
+
+    def done(self, result: Mapping[str, Any]) -> None:
+        faults.point("effect-performed")
+        self._ctx.call(self._ctx.engine.effect_done(self._key, result))
+
+    def result(self) -> Mapping[str, Any] | None:
+        record = self._ctx.call(self._ctx.engine.effect_get(self._key))
+        return None if record is None else record.result  # type: ignore[no-any-return]
+
+
+class RunContext:
+    """NodeContext for one attempt. ``stale`` turns true when the engine answers
+    ``stale`` (another worker owns the node now): the handler must stop."""
+
+    def __init__(self, *, loop: asyncio.AbstractEventLoop, engine: EngineClient,
+                 request: NodeRequest, lease_seconds: float,
+                 settings: Mapping[str, Any]) -> None:
+        self.loop = loop
+        self.engine = engine
+        self.request = request
+        self.lease_seconds = lease_seconds
+        self._settings = settings
+        self._cancel = threading.Event()
+        self.stale = False
+        self._last_beat = time.monotonic()
+
+    def call(self, coro: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(CALL_TIMEOUT)
+
+    def cancel(self) -> None:
+        self._cancel.set()
+
+    def mark_stale(self) -> None:
+        self.stale = True
+        self._cancel.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancel.is_set()
+
+    @property
+    def settings(self) -> Mapping[str, Any]:
+        return self._settings
+
+    def heartbeat(self) -> bool:
+        if self.cancelled:
+            return False
+        # The worker heartbeats on its own schedule; a handler's extra beats only need
+        # to reach the engine when the last one is getting old.
+        if time.monotonic() - self._last_beat < self.lease_seconds / 6:
+            return True
+        req = self.request
+        answer = self.call(self.engine.heartbeat(req.task_id, req.node_id, fence=req.fence,
+                                                 lease_seconds=self.lease_seconds))
+        self.beat_answer(answer)
+        return not self.cancelled
+
+    def beat_answer(self, answer: str) -> None:
+        if answer == "stale":
+            self.mark_stale()
+        else:
+            self._last_beat = time.monotonic()
+
+    def progress(self, marker: str) -> bool:
+        if self.cancelled:
+            return False
+        req = self.request
+        answer = self.call(self.engine.progress(req.task_id, req.node_id, fence=req.fence,
+                                                marker=marker, lease_seconds=self.lease_seconds))
+        self.beat_answer(answer)
+        return not self.cancelled
+
+    def effect(self, key: str) -> _Effect:
+        return _Effect(self, key)

@@ -1,0 +1,226 @@
+"""The worker loop: pop → claim → run (heartbeating) → complete with the fence → ack.
+
+A worker never decides anything: the claim says whether it may run, the fence says
+whether its result counts. A ``stale`` answer to a heartbeat stops the run; the result
+of a stale run is never committed. The queue item is acked only after the outcome is
+committed, so a crash anywhere leaves the item in this worker's processing list (or the
+node WAITING in the store) for recovery.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from axengine import faults
+from axengine.engine._shell import host_pid_owner
+from axengine.queue import DEFAULT_LANE, FAST_LANE, WorkItem, WorkQueue
+from axengine.worker._context import EngineClient, RunContext
+from executors.contract import Failure, Handler, NodeRequest, Outcome, Success, Unavailable
+
+__all__ = ["DependencyRamp", "Worker"]
+
+log = logging.getLogger("axengine.worker")
+
+
+@dataclass
+class _Ramp:
+    limit: int
+    in_flight: int = 0
+
+
+class DependencyRamp:
+    """Slow release after an outage: once a dependency answered *unavailable*, at most
+    one node using it runs at a time; each success doubles the allowance until
+    ``max_limit`` (the outage is over)."""
+
+    def __init__(self, max_limit: int) -> None:
+        self.max_limit = max_limit
+        self._ramps: dict[str, _Ramp] = {}
+        self._cond = asyncio.Condition()
+
+    def limit(self, dependency: str) -> int:
+        ramp = self._ramps.get(dependency)
+        return self.max_limit if ramp is None else ramp.limit
+
+    async def acquire(self, dependency: str) -> None:
+        async with self._cond:
+            while True:
+                ramp = self._ramps.get(dependency)
+                if ramp is None or ramp.in_flight < ramp.limit:
+                    if ramp is not None:
+                        ramp.in_flight += 1
+                    return
+                await self._cond.wait()
+
+    async def release(self, dependency: str, outcome: Outcome) -> None:
+        async with self._cond:
+            ramp = self._ramps.get(dependency)
+            if isinstance(outcome, Unavailable):
+                self._ramps[dependency] = _Ramp(limit=1, in_flight=max(
+                    (ramp.in_flight - 1) if ramp else 0, 0))
+            elif ramp is not None:
+                ramp.in_flight = max(ramp.in_flight - 1, 0)
+                if isinstance(outcome, Success):
+                    ramp.limit *= 2
+                    if ramp.limit >= self.max_limit:
+                        del self._ramps[dependency]
+            self._cond.notify_all()
+
+
+def _dependency(request: NodeRequest) -> str:
+    if request.node_type == "llm_call":
+        return f"model:{request.config.get('model')}"
+    return f"tool:{request.config.get('tool')}"
+
+
+class Worker:
+    """Runs nodes popped from a :class:`WorkQueue` through an :class:`EngineClient`.
+
+    Args:
+        engine: The control plane (in-process engine or API client).
+        queue: Where work items come from.
+        handler: ``handle(request, ctx) -> Outcome`` (default: ``executors.handlers``).
+        worker_id: Stable id of this worker (default: host, pid and a random tail).
+        concurrency: Nodes run at once.
+        lease_seconds: Lease asked for on claim and on each heartbeat.
+        settings: Passed to handlers as ``ctx.settings``.
+        lanes: Lanes served, in priority order.
+    """
+
+    def __init__(
+        self,
+        *,
+        engine: EngineClient,
+        queue: WorkQueue,
+        handler: Handler | None = None,
+        worker_id: str | None = None,
+        concurrency: int = 4,
+        lease_seconds: float = 30.0,
+        settings: Mapping[str, Any] | None = None,
+        lanes: Sequence[str] = (FAST_LANE, DEFAULT_LANE),
+        poll_timeout: float = 0.5,
+    ) -> None:
+        if handler is None:
+            from executors.handlers import handle
+
+            handler = handle
+        self.engine = engine
+        self.queue = queue
+        self.handler = handler
+        self.worker_id = worker_id or host_pid_owner("w")
+        self.concurrency = concurrency
+        self.lease_seconds = lease_seconds
+        self.settings = dict(settings or {})
+        self.lanes = tuple(lanes)
+        self.poll_timeout = poll_timeout
+        self.ramp = DependencyRamp(max_limit=max(concurrency, 1))
+        # Abandoned (timed-out) handler threads must not starve new runs.
+        self._threads = ThreadPoolExecutor(max_workers=concurrency * 2,
+                                           thread_name_prefix="ax-node")
+        self._active: set[asyncio.Task[None]] = set()
+        self.processed = 0
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Serve until ``stop`` is set, then finish the runs in flight."""
+        await self.queue.recover(self.worker_id)
+        slots = asyncio.Semaphore(self.concurrency)
+        try:
+            while not stop.is_set():
+                await slots.acquire()
+                if stop.is_set():
+                    slots.release()
+                    break
+                item = await self.queue.pop(self.worker_id, lanes=self.lanes,
+                                            timeout=self.poll_timeout)
+                if item is None:
+                    slots.release()
+                    continue
+                task = asyncio.create_task(self._guarded(item, slots))
+                self._active.add(task)
+                task.add_done_callback(self._active.discard)
+        finally:
+            if self._active:
+                await asyncio.gather(*self._active, return_exceptions=True)
+            self._threads.shutdown(wait=False, cancel_futures=True)
+
+    async def _guarded(self, item: WorkItem, slots: asyncio.Semaphore) -> None:
+        try:
+            await self.process(item)
+        except Exception:
+            # The item stays in the processing list; recovery or the reconciler re-runs
+            # it. A worker must not die of one node.
+            log.exception("worker %s: processing %s/%s failed", self.worker_id,
+                          item.task_id, item.node_id)
+        finally:
+            slots.release()
+
+    async def process(self, item: WorkItem) -> str:
+        """Handle one queue item end to end; returns what happened (for tests)."""
+        claim = await self.engine.claim(item.task_id, item.node_id, worker=self.worker_id,
+                                        lease_seconds=self.lease_seconds)
+        if claim.result != "claimed":
+            if claim.result == "not-claimable" and claim.reason == "backoff":
+                await self.queue.requeue(self.worker_id, item, delay=claim.retry_after)
+            else:
+                await self.queue.ack(self.worker_id, item)
+            return claim.result  # type: ignore[no-any-return]
+        faults.point("after-claim")
+        request: NodeRequest = claim.request
+        ctx = RunContext(loop=asyncio.get_running_loop(), engine=self.engine, request=request,
+                         lease_seconds=self.lease_seconds, settings=self.settings)
+        dependency = _dependency(request)
+        await self.ramp.acquire(dependency)
+        outcome: Outcome = Failure("not run")
+        try:
+            outcome = await self._run(request, ctx, claim.timeout)
+        finally:
+            await self.ramp.release(dependency, outcome)
+        if ctx.stale:
+            await self.queue.ack(self.worker_id, item)
+            return "stale"
+        faults.point("before-complete")
+        answer = await self.engine.complete(item.task_id, item.node_id, fence=request.fence,
+                                            outcome=outcome)
+        faults.point("after-complete")
+        await self.queue.ack(self.worker_id, item)
+        self.processed += 1
+        return answer
+
+    async def _run(self, request: NodeRequest, ctx: RunContext, timeout: float) -> Outcome:
+        loop = asyncio.get_running_loop()
+        beats = asyncio.create_task(self._heartbeats(ctx))
+        started = time.monotonic()
+        future = loop.run_in_executor(self._threads, self._call, request, ctx)
+        faults.point("handler-running")
+        try:
+            return await asyncio.wait_for(asyncio.shield(future), timeout=timeout)
+        except TimeoutError:
+            ctx.cancel()
+            return Failure(f"timed out after {time.monotonic() - started:.1f}s "
+                           f"(timeout {timeout:g}s)", retryable=True)
+        finally:
+            beats.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await beats
+
+    def _call(self, request: NodeRequest, ctx: RunContext) -> Outcome:
+        try:
+            return self.handler(request, ctx)
+        except Exception as exc:  # handlers should not raise; never let one kill the run
+            return Failure(f"{type(exc).__name__}: {exc}", retryable=True)
+
+    async def _heartbeats(self, ctx: RunContext) -> None:
+        req = ctx.request
+        interval = self.lease_seconds / 3
+        while not ctx.cancelled:
+            await asyncio.sleep(interval)
+            answer = await self.engine.heartbeat(req.task_id, req.node_id, fence=req.fence,
+                                                 lease_seconds=self.lease_seconds)
+            ctx.beat_answer(answer)

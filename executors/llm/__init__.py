@@ -1,0 +1,63 @@
+"""The ``llm_call`` handler and the model providers behind it.
+
+- :data:`llm_call` — the handler (one per process, holding the model health tracker,
+  the circuit breakers and the in-memory result cache).
+- :class:`Provider` — the seam to a model: :class:`SimulatedProvider` (deterministic,
+  offline, the default) and :class:`OpenAICompatibleProvider` (any ``/chat/completions``
+  endpoint, chosen with the ``llm_provider`` / ``llm_base_url`` settings).
+- :func:`known_models` — the model names a DAG may use.
+
+See ``docs/executors.md`` for settings and the simulated model's knobs.
+"""
+
+from __future__ import annotations
+
+from executors.llm._cache import ResultCache, cache_key
+from executors.llm._handler import (
+    DEFAULT_TEMPERATURE,
+    HeartbeatingProvider,
+    LlmCall,
+    MalformedAnswer,
+    ProviderFactory,
+    default_provider,
+    parse_completion,
+)
+from executors.llm._health import CircuitBreakers, CircuitState, ModelHealth
+from executors.llm._keepalive import Keepalive
+from executors.llm._models import DEFAULT_MODELS, MODELS_ENV, known_models
+from executors.llm._openai import OpenAICompatibleProvider
+from executors.llm._prompt import INPUT_MARKER, compose_prompt
+from executors.llm._provider import Provider, ProviderError, ProviderUnavailable
+from executors.llm._simulated import SimulatedProvider, knobs_for_model, merge_knobs
+
+__all__ = [
+    "DEFAULT_MODELS",
+    "DEFAULT_TEMPERATURE",
+    "INPUT_MARKER",
+    "MODELS_ENV",
+    "CircuitBreakers",
+    "CircuitState",
+    "HeartbeatingProvider",
+    "Keepalive",
+    "LlmCall",
+    "MalformedAnswer",
+    "ModelHealth",
+    "OpenAICompatibleProvider",
+    "Provider",
+    "ProviderError",
+    "ProviderFactory",
+    "ProviderUnavailable",
+    "ResultCache",
+    "SimulatedProvider",
+    "cache_key",
+    "compose_prompt",
+    "default_provider",
+    "knobs_for_model",
+    "known_models",
+    "llm_call",
+    "merge_knobs",
+    "parse_completion",
+]
+
+#: The process's ``llm_call`` handler.
+llm_call = LlmCall()

@@ -1,0 +1,1 @@
+"""Protocol buffer definitions of ax (``proto/ax/v1``) and their generated Python code."""

@@ -1,0 +1,1 @@
+"""The ``ax`` protobuf package."""
