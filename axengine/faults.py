@@ -19,10 +19,12 @@ POINTS: tuple[str, ...] = (
     "before-commit",
     "after-commit",
     "after-enqueue",
+    "after-pop",
     "after-claim",
     "handler-running",
     "before-complete",
     "after-complete",
+    "after-ack",
     "effect-begun",
     "effect-performed",
 )
@@ -36,11 +38,16 @@ def _parse(spec: str) -> tuple[str, int] | None:
 
 
 _TARGET = _parse(os.environ.get("AX_FAULT_POINT", ""))
+#: ``AX_FAULT_TRACE=<file>`` appends the name of every point passed (to plan crash tests).
+_TRACE = os.environ.get("AX_FAULT_TRACE", "")
 _hits: dict[str, int] = {}
 
 
 def point(name: str) -> None:
     """Mark a fault point; kills the process here when ``AX_FAULT_POINT`` says so."""
+    if _TRACE:
+        with open(_TRACE, "a", encoding="utf-8") as fh:
+            fh.write(name + "\n")
     if _TARGET is None or _TARGET[0] != name:
         return
     _hits[name] = _hits.get(name, 0) + 1

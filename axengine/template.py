@@ -34,8 +34,8 @@ from types import BuiltinMethodType, FrameType, MethodType, TracebackType
 from typing import Any, NoReturn, TypeVar, cast
 
 import jinja2.filters as jf
-from jinja2 import nodes, pass_environment, pass_eval_context
-from jinja2.compiler import CodeGenerator, Frame, optimizeconst
+from jinja2 import nodes, pass_context, pass_environment, pass_eval_context
+from jinja2.compiler import CodeGenerator, Frame
 from jinja2.environment import Environment, Template
 from jinja2.exceptions import SecurityError, TemplateSyntaxError, UndefinedError
 from jinja2.nodes import EvalContext
@@ -142,24 +142,24 @@ class _Session:
         return self.lines
 
 
+_BUDGET_MESSAGE = f"the template built more than {_MAX_WORK_CHARS} characters of values"
 _SESSION: ContextVar[_Session | None] = ContextVar("ax_template_session", default=None)
 
 
 def _charge(amount: int) -> None:
     session = _SESSION.get()
-    if session is None:  # compile-time constant folding: bounded by the source size
+    if session is None:  # a filter used outside a render: bound the single operation
+        if amount > MAX_OUTPUT_CHARS:
+            raise _error(TemplateLimitError, f"a value is larger than {MAX_OUTPUT_CHARS} chars")
         return
     session.work += amount
     if session.work > _MAX_WORK_CHARS:
-        raise _error(
-            TemplateLimitError,
-            f"the template built more than {_MAX_WORK_CHARS} characters of values",
-        )
+        raise _error(TemplateLimitError, _BUDGET_MESSAGE)
 
 
 def _remaining() -> int:
     session = _SESSION.get()
-    return _MAX_WORK_CHARS - (session.work if session else 0)
+    return _MAX_WORK_CHARS - session.work if session else MAX_OUTPUT_CHARS
 
 
 def _size(value: Any) -> int:
@@ -236,8 +236,12 @@ def _describe(obj: Any) -> str:
     return f"{kind} {name!r}" if isinstance(name, str) else kind
 
 
-def _weigh(value: Any, limit: int, indent: int = 0) -> int:
-    """Estimate the text size of data, refusing anything that is not data."""
+def _weigh(value: Any, limit: int | None = None, indent: int = 0) -> int:
+    """Estimate the text size of data, refusing anything that is not data.
+
+    ``limit`` defaults to what is left of the render's budget.
+    """
+    bound = _remaining() if limit is None else limit
     total, count = 0, 0
     stack: list[tuple[Any, int]] = [(value, 0)]
     while stack:
@@ -260,11 +264,12 @@ def _weigh(value: Any, limit: int, indent: int = 0) -> int:
         elif isinstance(item, Undefined):
             item._fail_with_undefined_error()
         else:
-            message = f"a {_describe(item)} is not data: it cannot be printed or formatted"
+            message = f"{_describe(item)} is not data: it cannot be printed or formatted"
             raise _error(TemplateSecurityError, message)
         count += 1
-        if total > limit:
-            raise _error(TemplateLimitError, f"a value is larger than {limit} characters")
+        if total > bound:
+            message = _BUDGET_MESSAGE if limit is None else f"a value is over {limit} characters"
+            raise _error(TemplateLimitError, message)
         if count % 4096 == 0:
             _tick()
     return total
@@ -276,11 +281,12 @@ def _tick() -> None:
         session.check_clock()
 
 
-def _text(value: Any, limit: int) -> str:
-    """``str(value)`` for data only, refusing results larger than ``limit``."""
+def _text(value: Any, limit: int | None = None) -> str:
+    """``str(value)`` for data only, refusing results larger than ``limit`` (budget)."""
     if isinstance(value, str):
-        if len(value) > limit:
-            raise _error(TemplateLimitError, f"a value is larger than {limit} characters")
+        if len(value) > (_remaining() if limit is None else limit):
+            message = _BUDGET_MESSAGE if limit is None else f"a value is over {limit} characters"
+            raise _error(TemplateLimitError, message)
         return str(value)
     if isinstance(value, Undefined):
         value._fail_with_undefined_error()
@@ -288,10 +294,11 @@ def _text(value: Any, limit: int) -> str:
     return str(value)
 
 
-def _finalize(value: Any) -> str:
-    return value if type(value) is str and len(value) <= MAX_OUTPUT_CHARS else _text(
-        value, MAX_OUTPUT_CHARS
-    )
+@pass_context  # a context-taking finalize also stops jinja folding output at compile time
+def _finalize(context: Context, value: Any) -> str:
+    if type(value) is str and len(value) <= MAX_OUTPUT_CHARS:
+        return value
+    return _text(value, MAX_OUTPUT_CHARS)
 
 
 def _join_buffer(parts: Any) -> str:
@@ -318,7 +325,7 @@ def _to_native(value: Any) -> Any:
         items = list(value)
         _charge(len(items))
         return [v if type(v) in _PLAIN else _to_native(v) for v in items]
-    message = f"a template cannot produce a {_describe(value)}: only data (str, number, list...)"
+    message = f"a template cannot produce {_describe(value)}: only data (str, number, list...)"
     raise _error(TemplateSecurityError, message)
 
 
@@ -337,7 +344,8 @@ _bounded_range.__name__ = _bounded_range.__qualname__ = "range"
 
 
 def _limit(value: Any, bound: int, what: str) -> int:
-    if not isinstance(value, int) or not -bound <= value <= bound:
+    # Never negative: a negative width would otherwise give budget back.
+    if not isinstance(value, int) or not 0 <= value <= bound:
         raise _error(TemplateLimitError, f"{what} must be an integer up to {bound}")
     return value
 
@@ -354,7 +362,7 @@ def _check_format(fmt: str, args: Any) -> None:
             extra += int(number or 0)
     if extra > MAX_OUTPUT_CHARS:
         raise _error(TemplateLimitError, f"'%' widths add up to more than {MAX_OUTPUT_CHARS}")
-    _charge(len(fmt) + extra + _weigh(args, _remaining()))
+    _charge(len(fmt) + extra + _weigh(args))
 
 
 def _check_replace(text: str, old: Any, new: Any, count: Any = None) -> None:
@@ -366,7 +374,7 @@ def _check_replace(text: str, old: Any, new: Any, count: Any = None) -> None:
 
 
 def _join_size(items: list[Any], separator: Any) -> None:
-    _charge(_weigh(items, _remaining()) + len(str(separator)) * len(items))
+    _charge(_weigh(items) + len(str(separator)) * len(items))
 
 
 # ------------------------------------------------------------------------- filters
@@ -390,7 +398,7 @@ def _weighed(func: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(func)
     def run(*args: Any, **kwargs: Any) -> Any:
         value = args[1] if isinstance(args[0], EvalContext) else args[0]
-        _charge(_weigh(value, _remaining()))
+        _charge(_weigh(value))
         return func(*args, **kwargs)
 
     return run
@@ -402,13 +410,13 @@ def _f_attr(environment: Environment, obj: Any, name: str) -> Any:
 
 
 def _f_center(value: Any, width: Any = 80) -> str:
-    text = _text(value, _remaining())
+    text = _text(value)
     _charge(max(len(text), _limit(width, MAX_OUTPUT_CHARS, "center() width")))
     return text.center(width)
 
 
 def _f_indent(s: Any, width: Any = 4, first: bool = False, blank: bool = False) -> str:
-    text = _text(s, _remaining())
+    text = _text(s)
     unit = len(width) if isinstance(width, str) else width
     _limit(unit, MAX_OUTPUT_CHARS, "indent() width")
     _charge(len(text) + (text.count("\n") + 1) * unit)
@@ -426,7 +434,7 @@ def _f_join(eval_ctx: EvalContext, value: Any, d: str = "", attribute: Any = Non
 
 @pass_eval_context
 def _f_replace(eval_ctx: EvalContext, s: Any, old: Any, new: Any, count: Any = None) -> str:
-    text = _text(s, _remaining())
+    text = _text(s)
     _check_replace(text, old, new, count)
     return jf.do_replace(eval_ctx, text, old, new, count)
 
@@ -437,12 +445,19 @@ def _f_format(value: Any, *args: Any, **kwargs: Any) -> str:
 
 
 @pass_environment
-def _f_wordwrap(environment: Environment, s: Any, width: Any = 79, *args: Any) -> str:
-    text = _text(s, _remaining())
-    wrap = args[1] if len(args) > 1 and args[1] is not None else environment.newline_sequence
+def _f_wordwrap(
+    environment: Environment,
+    s: Any,
+    width: Any = 79,
+    break_long_words: bool = True,
+    wrapstring: str | None = None,
+    break_on_hyphens: bool = True,
+) -> str:
+    text = _text(s)
+    wrap = environment.newline_sequence if wrapstring is None else str(wrapstring)
     lines = len(text) // max(_limit(width, MAX_OUTPUT_CHARS, "wordwrap() width"), 1)
-    _charge(len(text) + (lines + text.count("\n") + 1) * len(str(wrap)))
-    return jf.do_wordwrap(environment, text, width, *args)
+    _charge(len(text) + (lines + text.count("\n") + 1) * len(wrap))
+    return jf.do_wordwrap(environment, text, width, break_long_words, wrap, break_on_hyphens)
 
 
 def _f_batch(value: Any, linecount: Any, fill_with: Any = None) -> Any:
@@ -472,7 +487,7 @@ def _f_sum(environment: Environment, iterable: Any, attribute: Any = None, start
 
 @pass_eval_context
 def _f_tojson(eval_ctx: EvalContext, value: Any, indent: Any = None) -> Any:
-    _charge(_weigh(value, _remaining(), _limit(indent or 0, 8, "tojson() indent")))
+    _charge(_weigh(value, None, _limit(indent or 0, 8, "tojson() indent")))
     return jf.do_tojson(eval_ctx, value, indent)
 
 
@@ -562,7 +577,6 @@ class _Undefined(StrictUndefined):
 
 
 class _CodeGenerator(CodeGenerator):
-    @optimizeconst
     def visit_Concat(self, node: nodes.Concat, frame: Frame) -> None:
         # ``~`` compiles to a bare str.join; route it through the sandbox so repeated
         # doubling (``{% set s = s ~ s %}``) is charged to the render's budget.
@@ -585,13 +599,16 @@ class _Sandbox(ImmutableSandboxedEnvironment):
             finalize=_finalize,
             keep_trailing_newline=True,
             cache_size=0,
+            # No compile-time constant folding: it would run filters (``'x'|center(n)``)
+            # and concatenations at compile time, outside every bound of this module.
+            optimized=False,
         )
         self.globals.clear()
         self.globals["range"] = _bounded_range
         self.filters = _build_filters()
 
     def concat_values(self, parts: tuple[Any, ...]) -> str:
-        texts = [_text(part, _remaining()) for part in parts]
+        texts = [_text(part) for part in parts]
         _charge(sum(map(len, texts)))
         return "".join(texts)
 
@@ -624,19 +641,22 @@ class _Sandbox(ImmutableSandboxedEnvironment):
             obj._fail_with_undefined_error()
         if isinstance(obj, _DATA):
             return self.undefined(obj=obj, name=argument)
-        _refuse(f"indexing a {_describe(obj)}")
+        _refuse(f"indexing {_describe(obj)}")
 
     def _attribute(self, obj: Any, name: str) -> Any:
         if isinstance(obj, Undefined):
             obj._fail_with_undefined_error()
         if not name.startswith("_"):
             if name in _allowed_names(obj):
-                return getattr(obj, name, self.undefined(obj=obj, name=name))
+                try:
+                    return getattr(obj, name)
+                except AttributeError:
+                    return self.undefined(obj=obj, name=name)
             if isinstance(obj, Mapping) or (
                 isinstance(obj, _DATA) and not hasattr(type(obj), name)
             ):
                 return self.undefined(obj=obj, name=name)
-        _refuse(f"access to {name!r} of a {_describe(obj)}")
+        _refuse(f"access to {name!r} on {_describe(obj)}")
 
     def call(self, context: Context, obj: Any, /, *args: Any, **kwargs: Any) -> Any:
         if isinstance(obj, Undefined):
@@ -816,6 +836,8 @@ _REFUSED_TAGS: dict[type[nodes.Node], str] = {
     nodes.Include: "include",
     nodes.Import: "import",
     nodes.FromImport: "from ... import",
+    # Its argument is evaluated at compile time; ax renders text with autoescape off.
+    nodes.ScopedEvalContextModifier: "autoescape",
 }
 
 
@@ -829,7 +851,7 @@ def _compile(normalized: str) -> _Compiled:
         raise _error(TemplateLimitError, "the template is nested too deeply") from None
     for node in tree.find_all(tuple(_REFUSED_TAGS)):
         tag = _REFUSED_TAGS[type(node)]
-        message = f"{{% {tag} %}} is not allowed: templates cannot load files or modules"
+        message = f"{{% {tag} %}} is not allowed in ax templates (no file, module or escaping)"
         raise _error(TemplateSecurityError, message, node.lineno)
     expr = None
     if len(tree.body) == 1 and isinstance(tree.body[0], nodes.Output):
@@ -1079,6 +1101,8 @@ def evaluate_guard(source: str, context: Mapping[str, Any]) -> bool:
     Raises:
         TemplateError: Also when a referenced field is missing: never a silent False.
     """
+    if not _has_markup(source) and len(source) > _MAX_SOURCE_CHARS:
+        raise _error(TemplateLimitError, f"guard longer than {_MAX_SOURCE_CHARS} characters")
     compiled = _compiled(source) if _has_markup(source) else _compile_condition(source, 0)
     return _truthy(_guarded(lambda: _run(compiled, context), 0, compiled.line))
 
@@ -1147,11 +1171,12 @@ def expression_labels(source: str) -> tuple[str, ...] | None:
 def _node_ids(tree: nodes.Node) -> frozenset[str] | None:
     found: set[str] = set()
     static: set[int] = set()
+    called = {id(call.node) for call in tree.find_all(nodes.Call)}
     for found_node in tree.find_all((nodes.Getattr, nodes.Getitem)):
         node = cast(nodes.Getattr | nodes.Getitem, found_node)
         inner = node.node
-        if not (isinstance(inner, nodes.Name) and inner.name == "nodes"):
-            continue
+        if not (isinstance(inner, nodes.Name) and inner.name == "nodes") or id(node) in called:
+            continue  # nodes.get('x'), nodes.items() are method calls, not node ids
         if isinstance(node, nodes.Getattr):
             found.add(node.attr)
         elif isinstance(node.arg, nodes.Const) and isinstance(node.arg.value, str):

@@ -113,7 +113,8 @@ class Effect(Protocol):
         ...
 
     def done(self, result: Mapping[str, Any]) -> None:
-        """SENDING → DONE with ``result``."""
+        """SENDING (or UNKNOWN, once the handler verified the delivery with the
+        provider) → DONE with ``result``."""
         ...
 
     def result(self) -> Mapping[str, Any] | None:

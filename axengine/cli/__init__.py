@@ -23,6 +23,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "decide",
     "snapshot",
     "services",
+    "executor",
 )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+from dataclasses import asdict
 from typing import Any
 
 from axengine.cli._common import (
@@ -90,9 +91,7 @@ def cmd_show(args: argparse.Namespace) -> int:
                           "output": s.output, "error": s.error,
                           "next_hops": [[h.target_node_id, h.is_taken] for h in s.next_hops]}
                       for n, s in view.snapshots.items()},
-            "events": [_plain(e.__dict__) if hasattr(e, "__dict__") else
-                       {"kind": e.kind, "node": e.node_id, "at": e.at, "detail": e.detail}
-                       for e in events],
+            "events": [_plain(asdict(e)) for e in events],
         }, indent=2, default=str))
         return EXIT_OK
     t = view.task

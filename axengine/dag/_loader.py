@@ -53,6 +53,32 @@ _SCALAR_TAGS = frozenset(_TAG + t for t in ("null", "bool", "int", "float"))
 # A value that starts with "{{" or "{%" right after "key:", "-", "[" or ",".
 _UNQUOTED = re.compile(r"(?:^|[:\[,-])\s*(\{[{%].*[}%]\})")
 _KEY = re.compile(r"^\s*(?:-\s+)?([A-Za-z_][\w.-]*)\s*:\s")
+# What YAML counts as a line break (str.splitlines() also splits on \v, \f, ...).
+_LINE_BREAK = re.compile("\r\n|[\n\r\x85\u2028\u2029]")
+
+
+_BaseLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _Loader(_BaseLoader):  # type: ignore[misc,valid-type]
+    """The safe loader (libyaml's when available), used to compose only.
+
+    Implicit scalar tags depend on the text alone, and a DAG repeats the same few words
+    (``type``, ``tool_call``, ``next``...) thousands of times: memoising the tag of
+    each plain scalar halves the composing time of a large DAG.
+    """
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._scalar_tags: dict[str, str] = {}
+
+    def resolve(self, kind: type[YamlNode], value: Any, implicit: tuple[bool, bool]) -> str:
+        if kind is not ScalarNode or not implicit[0]:
+            return str(super().resolve(kind, value, implicit))
+        tag = self._scalar_tags.get(value)
+        if tag is None:
+            tag = self._scalar_tags[value] = str(super().resolve(kind, value, implicit))
+        return tag
 
 
 class _Abort(Exception):
@@ -72,10 +98,16 @@ class _TreeBuilder:
         self.problems: list[DagProblem] = []
         self.count = 0
         self.constructor = SafeConstructor()
+        self._lines: list[str] | None = None
+
+    def line_text(self, number: int) -> str:
+        """Text of 1-based line ``number`` (empty past the end)."""
+        if self._lines is None:
+            self._lines = _LINE_BREAK.split(self.text)
+        return self._lines[number - 1] if 0 < number <= len(self._lines) else ""
 
     def parse(self) -> Any:
-        loader_cls = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-        loader = loader_cls(self.text)
+        loader = _Loader(self.text)
         try:
             root = loader.get_single_node()
         except yaml.MarkedYAMLError as exc:
@@ -95,14 +127,14 @@ class _TreeBuilder:
         marks = [m.line for m in (exc.context_mark, exc.problem_mark) if m is not None]
         line = marks[-1] + 1 if marks else 0
         what = exc.problem or exc.context or "invalid YAML"
-        lines = self.text.splitlines()
+        if "nesting depth" in what:
+            return self._too_deep(line)
         # The template is usually on the error's line or on the line its context opened.
-        for number in range(min(marks, default=0), min(line, len(lines))):
-            found = _UNQUOTED.search(lines[number])
+        for number in range(min(marks, default=0) + 1, line + 1):
+            found = _UNQUOTED.search(self.line_text(number))
             if found:
-                return self._unquoted(
-                    number + 1, found.group(1), lines[number], f"YAML cannot parse it ({what})"
-                )
+                return self._unquoted(number, found.group(1), self.line_text(number),
+                                      f"YAML cannot parse it ({what})")
         return DagProblem(
             f"YAML syntax error: {what}", self.file, line, code="yaml-syntax",
             hint="check indentation, and quote values that contain ': ', '#', '{' or '['",
@@ -178,9 +210,8 @@ class _TreeBuilder:
             # `key: {{ .x }}` reads as {{".x": null}: null}; keep the text so the
             # other checks see the string that was meant.
             source = self.text[node.start_mark.index:node.end_mark.index]
-            source_line = self.text.splitlines()[line - 1]
             self.problems.append(self._unquoted(
-                line, source, source_line, "YAML reads it as a mapping, not a string"
+                line, source, self.line_text(line), "YAML reads it as a mapping, not a string"
             ))
             return source
         if node.tag != _TAG + "map":

@@ -232,6 +232,11 @@ class Dag:
             self.canonical(), sort_keys=True, separators=(",", ":"), ensure_ascii=False
         ).encode()
 
+    def storage_json(self) -> bytes:
+        """Canonical form in document order (node order is kept for display and for the
+        order in which entry nodes are readied); the hash ignores that order."""
+        return json.dumps(self.canonical(), separators=(",", ":"), ensure_ascii=False).encode()
+
     @property
     def hash(self) -> str:
         """sha256 hex of :meth:`canonical_json`."""

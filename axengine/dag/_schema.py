@@ -23,15 +23,14 @@ from axengine.dag._model import (
     Fallback,
     Node,
 )
-from axengine.dag._validate import SiteKind, TemplateSite, did_you_mean
+from axengine.dag._validate import SiteKind, TemplateSite, did_you_mean, has_template
 from axengine.errors import DagProblem
 
-__all__ = ["MAX_DAG_NODES", "DagBuilder", "LineList", "LineMap", "Pos", "plain"]
+__all__ = ["MAX_DAG_NODES", "DagBuilder", "LineList", "LineMap", "Pos"]
 
 #: Most nodes a DAG may have.
 MAX_DAG_NODES = 20_000
 
-_MARKERS = ("{{", "{%", "{#")
 _NODE_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}\Z")
 _DAG_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,127}\Z")
 
@@ -108,12 +107,12 @@ def _item_pos(seq: Sequence[Any], index: int) -> Pos:
     return seq.item_pos[index] if isinstance(seq, LineList) else (0, False)
 
 
-def plain(value: Any) -> Any:
+def _plain(value: Any) -> Any:
     """Deep copy without the line annotations (what the stored DAG keeps)."""
     if isinstance(value, Mapping):
-        return {str(k): plain(v) for k, v in value.items()}
+        return {str(k): _plain(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
-        return [plain(v) for v in value]
+        return [_plain(v) for v in value]
     return value
 
 
@@ -128,10 +127,6 @@ def _kind(value: Any) -> str:
         if isinstance(value, types):
             return word
     return f"a {type(value).__name__}"
-
-
-def _has_template(value: str) -> bool:
-    return any(marker in value for marker in _MARKERS)
 
 
 class DagBuilder:
@@ -227,7 +222,7 @@ class DagBuilder:
 
     def _collect_input(self, nid: str, field: str, value: Any, pos: Pos) -> None:
         if isinstance(value, str):
-            if _has_template(value):
+            if has_template(value):
                 self._site(nid, field, value, pos)
         elif isinstance(value, Mapping):
             for key, item in value.items():
@@ -350,7 +345,7 @@ class DagBuilder:
             id=nid,
             type=ntype,
             description=description,
-            input=plain(raw.get("input")),
+            input=_plain(raw.get("input")),
             timeout=timeout,
             retry=DEFAULT_RETRY.get(ntype, 0) if retry is None else retry,
             next=self._edges(nid, raw),
@@ -366,7 +361,7 @@ class DagBuilder:
             stall_timeout=stall,
             queue_timeout=self._number(raw, "queue_timeout", nid),
             lane=self._choice(raw, "lane", nid, ("default", "fast")) or "default",
-            simulate=plain(simulate),
+            simulate=_plain(simulate),
             line=line,
         )
 

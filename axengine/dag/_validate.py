@@ -1,6 +1,6 @@
 """Whole-DAG checks: edge targets, cycles, reachability, templates, labels, names.
 
-The loader (:mod:`axengine.dag._loader`) turns a document into :class:`Node` values and
+The schema (:mod:`axengine.dag._schema`) turns a document into :class:`Node` values and
 reports field-level problems (types, ranges, unknown fields). Everything that needs the
 whole graph or another module (the template sandbox, the tool and model registries) is
 checked here, by :func:`check_dag`, which never stops at the first problem.
@@ -28,6 +28,7 @@ __all__ = [
     "check_dag",
     "did_you_mean",
     "find_cycles",
+    "has_template",
 ]
 
 #: At most this many cycles are reported for one DAG (each back edge closes one).
@@ -146,13 +147,14 @@ def _topological_order(successors: Mapping[str, Sequence[str]]) -> list[str] | N
     return order if len(order) == len(successors) else None
 
 
-def _has_template(source: str) -> bool:
+def has_template(source: str) -> bool:
+    """Whether ``source`` has template markup (plain text renders as itself)."""
     return any(marker in source for marker in _TEMPLATE_MARKERS)
 
 
 def _source_of(site: TemplateSite) -> str:
     """The template to compile: a bare guard is evaluated as one ``{{ }}`` expression."""
-    if site.kind == "guard" and not _has_template(site.source):
+    if site.kind == "guard" and not has_template(site.source):
         return "{{ " + site.source + " }}"
     return site.source
 
@@ -345,11 +347,9 @@ class _Checker:
                 continue
             try:
                 if site.kind == "expression":
-                    labels = template.expression_labels(site.source)
-                    self.labels[site.node] = labels
-                    if labels is None:
-                        template.compile_template(site.source)
-                elif site.kind == "guard" or _has_template(site.source):
+                    # Compiles either form; None (any label) for the template form.
+                    self.labels[site.node] = template.expression_labels(site.source)
+                elif site.kind == "guard" or has_template(site.source):
                     template.compile_template(_source_of(site))
                 else:
                     continue
@@ -370,7 +370,7 @@ class _Checker:
         try:
             refs = template.referenced_nodes(_source_of(site))
         except TemplateError:
-            return  # compiled above; a dynamic form the analysis cannot follow
+            return  # does not compile: reported by check_templates
         if not refs:
             return
         for ref in sorted(refs):
@@ -400,8 +400,7 @@ class _Checker:
     def _is_ancestor(self, ref: str, nid: str) -> bool:
         if self._ancestors is None:
             order = _topological_order(self.successors)
-            if order is None:  # pragma: no cover - guarded by self.acyclic
-                return True
+            assert order is not None, "only called on an acyclic graph"
             self._bit = {name: 1 << i for i, name in enumerate(order)}
             ancestors = dict.fromkeys(order, 0)
             # Ancestor sets as int bitsets: one OR per edge, in topological order.

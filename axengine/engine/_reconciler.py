@@ -76,7 +76,8 @@ class Reconciler:
         kv = await store.get(key)
         if kv is not None:
             record = json.loads(kv.value)
-            if record["owner"] != self.owner and record["until"] > now:
+            held = record["owner"] != self.owner and record["until"] > now
+            if held and not owner_is_dead(record["owner"]):
                 return False
         value = json.dumps({"owner": self.owner, "until": now + self.leader_ttl}).encode()
         result = await store.txn([Mod(key) == (kv.mod_revision if kv else 0)], [Put(key, value)])

@@ -292,6 +292,11 @@ class _Builder:
         ctx = self.context(refs)
         params: dict[str, Any] = {"input": template.render_value(node.input, ctx)}
         if node.prompt is not None:
+            # A prompt is written against the node's own input when the node declares
+            # one (the seed's inline DAG: `input: {name: Alice}`, prompt `{{ .input.name }}`),
+            # otherwise against the task input.
+            if node.input is not None:
+                ctx = {**ctx, "input": params["input"]}
             params["prompt"] = template.render(node.prompt, ctx)
         if node.type == "human_gateway" and node.description:
             params["description"] = template.render(node.description, ctx)

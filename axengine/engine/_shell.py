@@ -12,6 +12,7 @@ WAITING nodes that are missing from the queue.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 import secrets
@@ -95,9 +96,10 @@ class TaskView:
     revision: int
 
 
-def _event_id(now: float) -> str:
-    # Time-ordered for humans; the random tail keeps concurrent writers apart.
-    return f"{int(now * 1_000_000):017d}-{secrets.token_hex(4)}"
+def _event_id(now: float, n: int = 0) -> str:
+    # Time-ordered, then in the order a transition appended its events (they share one
+    # store revision); the random tail keeps concurrent writers apart.
+    return f"{int(now * 1_000_000):017d}-{n:04d}-{secrets.token_hex(4)}"
 
 
 class Engine:
@@ -135,7 +137,7 @@ class Engine:
         """Store a validated DAG under its content hash (idempotent)."""
         if dag.hash not in self._dags:
             key = self.keys.dag(dag.hash)
-            await self.store.txn([Version(key) == 0], [Put(key, dag.canonical_json())], [])
+            await self.store.txn([Version(key) == 0], [Put(key, dag.storage_json())], [])
             self._dags[dag.hash] = dag
         return dag.hash
 
@@ -249,7 +251,8 @@ class Engine:
             compares.append(Mod(self.keys.task(task_id)) == view.task_rev)
             if task.status != view.task.status:
                 plan.events.append(Event(
-                    task_id=task_id, event_id=_event_id(now), kind="task_" + task.status.lower(),
+                    task_id=task_id, event_id=_event_id(now, 9999),
+                    kind="task_" + task.status.lower(),
                     at=now, state=task.status.value, actor="engine",
                 ))
             ops.append(Put(self.keys.task(task_id), codec.encode_task(task)))
@@ -284,7 +287,8 @@ class Engine:
 
     def _ids(self) -> Callable[[], str]:
         now = self.clock()
-        return lambda: _event_id(now)
+        counter = itertools.count()
+        return lambda: _event_id(now, next(counter))
 
     # ------------------------------------------------------------------ operations
 

@@ -163,6 +163,7 @@ class Worker:
 
     async def process(self, item: WorkItem) -> str:
         """Handle one queue item end to end; returns what happened (for tests)."""
+        faults.point("after-pop")
         claim = await self.engine.claim(item.task_id, item.node_id, worker=self.worker_id,
                                         lease_seconds=self.lease_seconds)
         if claim.result != "claimed":
@@ -190,6 +191,7 @@ class Worker:
                                             outcome=outcome)
         faults.point("after-complete")
         await self.queue.ack(self.worker_id, item)
+        faults.point("after-ack")
         self.processed += 1
         return answer
 

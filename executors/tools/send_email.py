@@ -10,8 +10,10 @@ Idempotency goes through the outbox record ``email:{task}:{node}:{input revision
   simply retries), then the record moves to SENDING, the message goes out, and the
   record becomes DONE with the message id → ``{"status": "sent", ...}``.
 - ``SENDING``/``UNKNOWN`` → an earlier attempt died between "sending" and "done": the
-  message may or may not have left. The tool fails *without retry* and says so; a person
-  checks the mailbox. It never sends twice.
+  message may or may not have left. A transport that can tell (the local mailbox, where a
+  message is stored under its Message-ID) settles it: delivered → recorded DONE, not
+  delivered → sent now. SMTP cannot tell: the tool fails *without retry* and says so; a
+  person checks the mailbox. It never sends twice.
 
 Transport: SMTP when the ``smtp_url`` setting is set (``smtp://[user:pass@]host[:port]``
 or ``smtps://...``; ``smtp_timeout`` seconds, default 30); otherwise an ``.eml`` file in
@@ -52,7 +54,12 @@ class _BadInput(ValueError):
 class _Transport(Protocol):
     name: str
 
+    #: True when ``lookup`` can tell for sure whether a message was delivered.
+    verifiable: bool
+
     def send(self, message: EmailMessage) -> dict[str, Any]: ...
+
+    def lookup(self, message: EmailMessage) -> dict[str, Any] | None: ...
 
     def close(self) -> None: ...
 
@@ -80,7 +87,17 @@ def send_email(request: NodeRequest, ctx: NodeContext) -> Outcome:
         if prior == "DONE":
             return Success(_already_sent(key, effect.result()))
         if prior != "NEW":
-            return _unknown(key, f"an earlier attempt left the outbox record {prior}")
+            # An earlier attempt died mid-send. Ask the transport whether the message
+            # was delivered; only a transport that can tell (the local mailbox, where
+            # delivery is keyed by Message-ID) lets us settle it without a person.
+            delivered = transport.lookup(message)
+            if delivered is not None:
+                result = {"message_id": message["Message-ID"], "transport": transport.name,
+                          "verified": True, **delivered}
+                effect.done(result)
+                return Success(_already_sent(key, result))
+            if not transport.verifiable:
+                return _unknown(key, f"an earlier attempt left the outbox record {prior}")
         try:
             result = transport.send(message)
         except (OSError, smtplib.SMTPException) as exc:
@@ -158,6 +175,7 @@ def _open(settings: Mapping[str, Any]) -> _Transport:
 
 class _Smtp:
     name = "smtp"
+    verifiable = False
 
     def __init__(self, url: str, timeout: float) -> None:
         parts = urllib.parse.urlsplit(url)
@@ -180,6 +198,10 @@ class _Smtp:
         refused = self._conn.send_message(message)
         return {"refused": sorted(refused)} if refused else {}
 
+    def lookup(self, message: EmailMessage) -> dict[str, Any] | None:
+        # SMTP cannot say whether an earlier session delivered a message.
+        return None
+
     def close(self) -> None:
         try:
             self._conn.quit()
@@ -189,14 +211,22 @@ class _Smtp:
 
 class _Mailbox:
     name = "mailbox"
+    verifiable = True
 
     def __init__(self, directory: Path) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         self._dir = directory
 
-    def send(self, message: EmailMessage) -> dict[str, Any]:
+    def _target(self, message: EmailMessage) -> Path:
         name = hashlib.sha256(str(message["Message-ID"]).encode()).hexdigest()[:24] + ".eml"
-        target = self._dir / name
+        return self._dir / name
+
+    def lookup(self, message: EmailMessage) -> dict[str, Any] | None:
+        target = self._target(message)
+        return {"path": str(target)} if target.exists() else None
+
+    def send(self, message: EmailMessage) -> dict[str, Any]:
+        target = self._target(message)
         fd, tmp = tempfile.mkstemp(dir=self._dir, prefix=".", suffix=".tmp")
         try:
             with os.fdopen(fd, "wb") as fh:

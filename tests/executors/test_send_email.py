@@ -139,8 +139,9 @@ def test_smtp_sends_once(smtp_sink: SmtpSink) -> None:
 
 
 @pytest.mark.parametrize("prior", ["SENDING", "UNKNOWN"])
-def test_interrupted_send_is_reported_not_repeated(tmp_path: Path, prior: str) -> None:
-    ctx = FakeContext(settings={"mail_dir": str(tmp_path)})
+def test_interrupted_send_is_reported_not_repeated(smtp_sink: SmtpSink, prior: str) -> None:
+    # SMTP cannot tell whether an earlier session delivered the message: a person decides.
+    ctx = FakeContext(settings={"smtp_url": f"smtp://127.0.0.1:{smtp_sink.port}"})
     ctx.effects[KEY] = FakeEffect(KEY, status=prior)  # type: ignore[arg-type]
     outcome = handle(_request(), ctx)
     assert isinstance(outcome, Failure)
@@ -149,7 +150,25 @@ def test_interrupted_send_is_reported_not_repeated(tmp_path: Path, prior: str) -
     assert KEY in outcome.message
     assert "check" in outcome.message
     assert ctx.effects[KEY].status == "UNKNOWN"
-    assert list(tmp_path.glob("*.eml")) == []
+    assert smtp_sink.messages == []
+
+
+@pytest.mark.parametrize("prior", ["SENDING", "UNKNOWN"])
+def test_interrupted_send_to_mailbox_is_settled_by_lookup(tmp_path: Path, prior: str) -> None:
+    # The local mailbox stores a message under its Message-ID, so it can tell: not
+    # delivered → deliver now; delivered → record DONE without delivering again.
+    ctx = FakeContext(settings={"mail_dir": str(tmp_path)})
+    ctx.effects[KEY] = FakeEffect(KEY, status=prior)  # type: ignore[arg-type]
+    first = handle(_request(), ctx)
+    assert isinstance(first, Success) and first.output["status"] == "sent"
+    assert len(list(tmp_path.glob("*.eml"))) == 1
+    again = FakeContext(settings={"mail_dir": str(tmp_path)})
+    again.effects[KEY] = FakeEffect(KEY, status=prior)  # type: ignore[arg-type]
+    second = handle(_request(), again)
+    assert isinstance(second, Success) and second.output["status"] == "already_sent"
+    assert second.output["verified"] is True
+    assert again.effects[KEY].status == "DONE"
+    assert len(list(tmp_path.glob("*.eml"))) == 1
 
 
 def test_crash_between_send_and_done_never_sends_twice(smtp_sink: SmtpSink) -> None:

@@ -1,0 +1,120 @@
+"""``ax executor``: run nodes from the Redis queue against an ``ax api`` server.
+
+The process prints one line naming its worker id once it is wired, serves until
+SIGTERM/SIGINT, then shuts down gracefully (see :mod:`axengine.worker._process`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from axengine.cli._common import EXIT_FAILED, EXIT_OK, fail, parse_json_arg
+from axengine.config import AxConfig
+from axengine.errors import AxError
+from axengine.queue import DEFAULT_LANE, FAST_LANE
+from axengine.worker._process import DEFAULT_GRACE_SECONDS, ExecutorSettings, serve
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser(
+        "executor", help="run nodes from the queue against an ax api server",
+        description="Pop ready nodes from Redis, claim them through the API (gRPC), run "
+        "them and commit their results with the fence of the claim. SIGTERM stops popping "
+        "and gives running nodes --grace seconds; nodes still running then are handed back "
+        "(WAITING again, no attempt spent). A second signal skips the rest of the grace.")
+    p.add_argument("--api", required=True, metavar="HOST:PORT",
+                   help="gRPC address of ax api (its --grpc option)")
+    p.add_argument("--queue", required=True, metavar="URL",
+                   help="redis://host:6379/0 — the queue ax api enqueues to")
+    p.add_argument("--token-file", metavar="FILE",
+                   help="file holding a bearer token with the executor role")
+    p.add_argument("--token", default=None,
+                   help="the token itself (prefer --token-file: argv is visible to others)")
+    p.add_argument("--concurrency", type=int, default=4, help="nodes run at once (default 4)")
+    p.add_argument("--lease", type=float, default=30.0, metavar="SECONDS",
+                   help="lease asked for on claim, renewed every third of it (default 30)")
+    p.add_argument("--id", dest="worker_id", default=None, metavar="NAME",
+                   help="stable worker id (default: w:<host>:<pid>:<random>); a restarted "
+                   "executor with the same id recovers its unacked items at once")
+    p.add_argument("--grace", type=float, default=DEFAULT_GRACE_SECONDS, metavar="SECONDS",
+                   help="time running nodes get to finish after SIGTERM (default "
+                   f"{DEFAULT_GRACE_SECONDS:g})")
+    p.add_argument("--lane", action="append", default=None, metavar="LANE",
+                   help=f"lane to serve, in priority order (repeatable; default {FAST_LANE}, "
+                   f"{DEFAULT_LANE})")
+    p.add_argument("--settings", default=None, metavar="JSON|FILE",
+                   help="handler settings merged over the environment's, e.g. "
+                   "'{\"simulate\": {\"latency\": 0.2}}' (see docs/executors.md)")
+    p.add_argument("--log-level", default="INFO",
+                   choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    p.set_defaults(func=cmd_executor)
+
+
+def read_token(args: argparse.Namespace) -> str:
+    """The bearer token from ``--token`` or the first non-empty line of ``--token-file``."""
+    if args.token:
+        return str(args.token)
+    if not args.token_file:
+        return ""
+    try:
+        text = Path(args.token_file).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise AxError(f"--token-file {args.token_file}: {exc.strerror or exc}") from exc
+    for line in text.splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            return line.strip()
+    raise AxError(f"--token-file {args.token_file} holds no token")
+
+
+def redact(url: str) -> str:
+    """``url`` with any password replaced by ``***`` (for logs)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rpartition("@")[2]
+    user = parts.username or ""
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
+
+
+def cmd_executor(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=getattr(logging, args.log_level),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+                        stream=sys.stderr)
+    try:
+        if args.concurrency < 1:
+            raise AxError("--concurrency must be at least 1")
+        if args.lease <= 0 or args.grace < 0:
+            raise AxError("--lease must be positive and --grace not negative")
+        extra = parse_json_arg(args.settings, "--settings") or {}
+        if not isinstance(extra, dict):
+            raise AxError("--settings must be a JSON object")
+        token = read_token(args)
+    except AxError as exc:
+        return fail(str(exc))
+    handler_settings = {**AxConfig.from_env().handler_settings, **extra}
+    settings = ExecutorSettings(
+        api=args.api, queue_url=args.queue, token=token, worker_id=args.worker_id,
+        concurrency=args.concurrency, lease_seconds=args.lease, grace_seconds=args.grace,
+        lanes=tuple(args.lane or (FAST_LANE, DEFAULT_LANE)), handler_settings=handler_settings,
+    )
+
+    def announce(worker_id: str) -> None:
+        print(f"ax executor: worker {worker_id} (pid {os.getpid()}) serving api {args.api}, "
+              f"queue {redact(args.queue)}, concurrency {args.concurrency}, "
+              f"lease {args.lease:g}s", flush=True)
+
+    try:
+        report = asyncio.run(serve(settings, announce=announce))
+    except AxError as exc:
+        return fail(str(exc), EXIT_FAILED)
+    print(f"ax executor: worker {report.worker_id} stopped "
+          f"({'graceful' if report.graceful else 'handed back ' + str(len(report.handed_back))})",
+          flush=True)
+    return EXIT_OK

@@ -1,0 +1,412 @@
+"""The executor process: a :class:`Worker` fed by Redis, talking to the API over gRPC.
+
+:func:`serve` is what ``ax executor`` runs. It wires the queue and the
+:class:`~axengine.worker.grpc_client.GrpcEngineClient` around an :class:`Executor`, which
+adds what a long-lived process needs on top of the worker loop:
+
+- **Graceful shutdown.** The first SIGTERM/SIGINT stops popping. Nodes in flight get
+  ``grace_seconds`` to finish and commit normally. Whatever still runs after that is
+  *handed back*: completed with ``Unavailable(dependency="executor:shutdown")`` under its
+  own fence, which puts the node back to WAITING without spending an attempt, and the
+  handler is told to stop. A hand-back is one fenced transition like any other, so a node
+  is never half-committed: either the run's own result committed first (the hand-back
+  is then answered ``stale``) or the hand-back did (the run's late result is then
+  ``stale``). A second signal skips the rest of the grace period.
+- **Queue outages.** A Redis error ends one worker loop, not the process: a new loop
+  (same worker id, so the processing list is recovered) starts after a backoff, a bounded
+  number of times in a row.
+
+A SIGKILL leaves no chance for any of this and needs none: the node's lease expires (or
+the reconciler sees the owner's PID is gone), its fence is bumped and it runs elsewhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from axengine.engine._shell import host_pid_owner
+from axengine.errors import AxError, QueueError
+from axengine.queue import DEFAULT_LANE, FAST_LANE, WorkItem, WorkQueue
+from axengine.worker._context import EngineClient, RunContext
+from axengine.worker._worker import Worker
+from executors.contract import Failure, Handler, NodeContext, NodeRequest, Outcome, Unavailable
+
+__all__ = [
+    "DEFAULT_GRACE_SECONDS",
+    "Executor",
+    "ExecutorSettings",
+    "ShutdownReport",
+    "serve",
+]
+
+log = logging.getLogger("axengine.executor")
+
+#: Seconds in-flight nodes get to finish after the first shutdown signal.
+DEFAULT_GRACE_SECONDS = 30.0
+#: Dependency named by the outcome that hands an unfinished node back at shutdown.
+SHUTDOWN_DEPENDENCY = "executor:shutdown"
+#: Seconds to wait, after handing nodes back, for their handlers to notice and return.
+SETTLE_SECONDS = 5.0
+#: Consecutive worker loops a queue error may end before the process gives up.
+MAX_QUEUE_RESTARTS = 20
+#: Longest pause between two worker loops after a queue error.
+MAX_QUEUE_BACKOFF = 5.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExecutorSettings:
+    """How an ``ax executor`` process connects and runs.
+
+    Attributes:
+        api: ``host:port`` of the API's gRPC listener.
+        queue_url: ``redis://host:6379/0`` (the queue the API enqueues to).
+        token: Bearer token with the ``executor`` role.
+        worker_id: Stable worker id; default ``w:<host>:<pid>:<random>``, which lets the
+            reconciler see at once that a killed executor on the same host is gone.
+        concurrency: Nodes run at once.
+        lease_seconds: Lease asked for on claim and heartbeat.
+        grace_seconds: Time in-flight nodes get to finish after SIGTERM.
+        lanes: Lanes served, in priority order.
+        handler_settings: ``ctx.settings`` of the handlers (mail dir, simulate...).
+        call_timeout: Seconds per RPC.
+        retry_for: Seconds an RPC is retried while the API is unavailable.
+    """
+
+    api: str
+    queue_url: str
+    token: str = ""
+    worker_id: str | None = None
+    concurrency: int = 4
+    lease_seconds: float = 30.0
+    grace_seconds: float = DEFAULT_GRACE_SECONDS
+    lanes: Sequence[str] = (FAST_LANE, DEFAULT_LANE)
+    handler_settings: Mapping[str, Any] = field(default_factory=dict)
+    call_timeout: float = 10.0
+    retry_for: float = 60.0
+
+
+@dataclass
+class ShutdownReport:
+    """How an executor stopped.
+
+    Attributes:
+        worker_id: The worker's id.
+        processed: Nodes whose outcome this executor committed (or found committed).
+        graceful: True when every node in flight finished within the grace period.
+        handed_back: ``(task_id, node_id, answer)`` of each node handed back, with the
+            engine's answer to the hand-back (``committed``: back to WAITING; ``stale``:
+            its own result or another worker got there first).
+    """
+
+    worker_id: str
+    processed: int = 0
+    graceful: bool = True
+    handed_back: list[tuple[str, str, str]] = field(default_factory=list)
+
+
+@dataclass
+class _Flight:
+    """A node this process claimed and has not completed yet."""
+
+    request: NodeRequest
+    ctx: RunContext | None = None
+    completing: bool = False
+    handed_back: bool = False
+
+    @property
+    def item(self) -> WorkItem:
+        lane = str(self.request.config.get("lane") or DEFAULT_LANE)
+        return WorkItem(self.request.task_id, self.request.node_id, lane)
+
+
+class _Tracking:
+    """The engine client as the worker sees it: it records claims and completions so the
+    executor knows what is in flight, and logs every fenced answer."""
+
+    def __init__(self, inner: EngineClient, flights: dict[tuple[str, str], _Flight]) -> None:
+        self.inner = inner
+        self.flights = flights
+
+    async def claim(self, task_id: str, node_id: str, *, worker: str,
+                    lease_seconds: float | None = None) -> Any:
+        claim = await self.inner.claim(task_id, node_id, worker=worker,
+                                       lease_seconds=lease_seconds)
+        if claim.result == "claimed":
+            self.flights[(task_id, node_id)] = _Flight(claim.request)
+            log.info("claimed %s/%s fence=%d attempt=%d", task_id, node_id,
+                     claim.request.fence, claim.request.attempt)
+        else:
+            log.debug("claim %s/%s: %s %s", task_id, node_id, claim.result, claim.reason)
+        return claim
+
+    async def heartbeat(self, task_id: str, node_id: str, *, fence: int,
+                        lease_seconds: float | None = None) -> str:
+        answer = await self.inner.heartbeat(task_id, node_id, fence=fence,
+                                            lease_seconds=lease_seconds)
+        if answer == "stale":
+            log.warning("heartbeat %s/%s fence=%d: stale (fenced out; stopping the run)",
+                        task_id, node_id, fence)
+            self._drop(task_id, node_id, fence)
+        return answer
+
+    async def progress(self, task_id: str, node_id: str, *, fence: int, marker: str,
+                       lease_seconds: float | None = None) -> str:
+        answer = await self.inner.progress(task_id, node_id, fence=fence, marker=marker,
+                                           lease_seconds=lease_seconds)
+        if answer == "stale":
+            log.warning("progress %s/%s fence=%d: stale (fenced out; stopping the run)",
+                        task_id, node_id, fence)
+            self._drop(task_id, node_id, fence)
+        return answer
+
+    async def complete(self, task_id: str, node_id: str, *, fence: int,
+                       outcome: Any) -> str:
+        flight = self.flights.get((task_id, node_id))
+        if flight is not None and flight.request.fence == fence:
+            flight.completing = True
+        try:
+            answer = await self.inner.complete(task_id, node_id, fence=fence, outcome=outcome)
+        except BaseException:
+            if flight is not None:
+                flight.completing = False
+            raise
+        self._drop(task_id, node_id, fence)
+        log.log(logging.WARNING if answer == "stale" else logging.INFO,
+                "complete %s/%s fence=%d %s: %s", task_id, node_id, fence,
+                type(outcome).__name__, answer)
+        return answer
+
+    def _drop(self, task_id: str, node_id: str, fence: int) -> None:
+        flight = self.flights.get((task_id, node_id))
+        if flight is not None and flight.request.fence == fence:
+            del self.flights[(task_id, node_id)]
+
+    async def effect_begin(self, key: str, *, task_id: str, node_id: str) -> str:
+        return await self.inner.effect_begin(key, task_id=task_id, node_id=node_id)
+
+    async def effect_done(self, key: str, result: Mapping[str, Any]) -> None:
+        await self.inner.effect_done(key, result)
+
+    async def effect_get(self, key: str) -> Any:
+        return await self.inner.effect_get(key)
+
+
+class Executor:
+    """A :class:`Worker` with graceful shutdown and hand-back of unfinished nodes.
+
+    Args:
+        engine: The control plane (normally a ``GrpcEngineClient``).
+        queue: Where work items come from.
+        worker_id: Stable worker id (default: host, pid and a random tail).
+        concurrency: Nodes run at once.
+        lease_seconds: Lease asked for on claim and heartbeat.
+        grace_seconds: Time in-flight nodes get to finish after the stop signal.
+        settings: ``ctx.settings`` of the handlers.
+        lanes: Lanes served, in priority order.
+        handler: ``handle(request, ctx)`` (default: ``executors.handlers.handle``).
+        poll_timeout: Longest wait of one queue pop.
+    """
+
+    def __init__(
+        self,
+        *,
+        engine: EngineClient,
+        queue: WorkQueue,
+        worker_id: str | None = None,
+        concurrency: int = 4,
+        lease_seconds: float = 30.0,
+        grace_seconds: float = DEFAULT_GRACE_SECONDS,
+        settings: Mapping[str, Any] | None = None,
+        lanes: Sequence[str] = (FAST_LANE, DEFAULT_LANE),
+        handler: Handler | None = None,
+        poll_timeout: float = 0.5,
+    ) -> None:
+        if handler is None:
+            from executors.handlers import handle
+
+            handler = handle
+        self.engine = engine
+        self.queue = queue
+        self.worker_id = worker_id or host_pid_owner("w")
+        self.concurrency = concurrency
+        self.lease_seconds = lease_seconds
+        self.grace_seconds = grace_seconds
+        self.settings = dict(settings or {})
+        self.lanes = tuple(lanes)
+        self.poll_timeout = poll_timeout
+        self._handler = handler
+        self._flights: dict[tuple[str, str], _Flight] = {}
+        self._tracking = _Tracking(engine, self._flights)
+        self.worker: Worker | None = None
+        self.report = ShutdownReport(worker_id=self.worker_id)
+
+    @property
+    def in_flight(self) -> list[tuple[str, str]]:
+        """``(task_id, node_id)`` claimed and not completed yet, sorted."""
+        return sorted(self._flights)
+
+    def _handle(self, request: NodeRequest, ctx: NodeContext) -> Outcome:
+        flight = self._flights.get((request.task_id, request.node_id))
+        if flight is not None and flight.request.fence == request.fence:
+            if isinstance(ctx, RunContext):
+                flight.ctx = ctx
+            if flight.handed_back:
+                return Failure("handed back at shutdown before it started", retryable=True)
+        return self._handler(request, ctx)
+
+    def _new_worker(self) -> Worker:
+        return Worker(engine=self._tracking, queue=self.queue, handler=self._handle,
+                      worker_id=self.worker_id, concurrency=self.concurrency,
+                      lease_seconds=self.lease_seconds, settings=self.settings,
+                      lanes=self.lanes, poll_timeout=self.poll_timeout)
+
+    async def _serve(self, stop: asyncio.Event) -> None:
+        failures = 0
+        while not stop.is_set():
+            self.worker = self._new_worker()
+            try:
+                await self.worker.run(stop)
+                return
+            except QueueError as exc:
+                failures += 1
+                if failures > MAX_QUEUE_RESTARTS:
+                    raise
+                pause = min(MAX_QUEUE_BACKOFF, 0.2 * 2 ** min(failures, 8))
+                log.warning("worker %s: queue error (%s); restarting the loop in %.1fs "
+                            "(%d/%d)", self.worker_id, exc, pause, failures,
+                            MAX_QUEUE_RESTARTS)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), timeout=pause)
+            finally:
+                self.report.processed += self.worker.processed
+
+    async def run(self, stop: asyncio.Event, *, hurry: asyncio.Event | None = None
+                  ) -> ShutdownReport:
+        """Serve until ``stop`` is set, then shut down gracefully.
+
+        Args:
+            stop: Set to stop popping new work.
+            hurry: Set (e.g. by a second signal) to end the grace period now.
+
+        Returns:
+            What the shutdown did.
+
+        Raises:
+            AxError: A fatal error of the worker loop (e.g. the queue stayed unreachable).
+        """
+        hurry = hurry or asyncio.Event()
+        serving = asyncio.create_task(self._serve(stop), name=f"ax-executor-{self.worker_id}")
+        stopping = asyncio.create_task(stop.wait())
+        try:
+            await asyncio.wait({serving, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            if not serving.done():
+                log.info("worker %s: stopping; %d node(s) in flight get %.1fs to finish",
+                         self.worker_id, len(self._flights), self.grace_seconds)
+                hurrying = asyncio.create_task(hurry.wait())
+                try:
+                    await asyncio.wait({serving, hurrying}, timeout=self.grace_seconds,
+                                       return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    hurrying.cancel()
+            if not serving.done():
+                self.report.graceful = False
+                await self._hand_back()
+                await asyncio.wait({serving}, timeout=SETTLE_SECONDS)
+            if not serving.done():
+                serving.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await serving
+            serving.result()  # a fatal error of the loop propagates
+        finally:
+            stopping.cancel()
+            if not serving.done():
+                serving.cancel()
+        return self.report
+
+    async def _hand_back(self) -> None:
+        for key in sorted(self._flights):
+            flight = self._flights.get(key)
+            if flight is None or flight.completing:
+                continue  # its own result is being committed right now
+            flight.handed_back = True
+            if flight.ctx is not None:
+                # The worker then acks without completing, and the handler stops.
+                flight.ctx.mark_stale()
+            req = flight.request
+            evidence = (f"executor {self.worker_id} shut down with attempt {req.attempt} still "
+                        f"running after a {self.grace_seconds:g}s grace period; handed back "
+                        "without spending the attempt")
+            try:
+                answer = await self.engine.complete(
+                    req.task_id, req.node_id, fence=req.fence,
+                    outcome=Unavailable(dependency=SHUTDOWN_DEPENDENCY, evidence=evidence))
+            except AxError as exc:
+                # The lease runs out instead; the reconciler hands the node on.
+                log.warning("hand-back of %s/%s failed: %s", req.task_id, req.node_id, exc)
+                answer = "error"
+            with contextlib.suppress(QueueError):
+                await self.queue.ack(self.worker_id, flight.item)
+            self._flights.pop(key, None)
+            self.report.handed_back.append((req.task_id, req.node_id, answer))
+            log.info("handed back %s/%s fence=%d: %s", req.task_id, req.node_id, req.fence,
+                     answer)
+
+
+async def serve(settings: ExecutorSettings, *,
+                announce: Callable[[str], None] | None = None) -> ShutdownReport:
+    """Run an executor process until SIGTERM/SIGINT (what ``ax executor`` does).
+
+    Args:
+        settings: Connection and worker settings.
+        announce: Called with the worker id once the executor is wired.
+
+    Returns:
+        What the shutdown did.
+    """
+    from axengine.wiring import open_queue
+    from axengine.worker.grpc_client import GrpcEngineClient
+
+    queue = open_queue(settings.queue_url)
+    engine = GrpcEngineClient(settings.api, token=settings.token,
+                              timeout=settings.call_timeout, retry_for=settings.retry_for)
+    executor = Executor(engine=engine, queue=queue, worker_id=settings.worker_id,
+                        concurrency=settings.concurrency, lease_seconds=settings.lease_seconds,
+                        grace_seconds=settings.grace_seconds,
+                        settings=settings.handler_settings, lanes=settings.lanes)
+    stop, hurry = asyncio.Event(), asyncio.Event()
+    loop = asyncio.get_running_loop()
+    signals = (signal.SIGTERM, signal.SIGINT)
+
+    def on_signal(signum: int) -> None:
+        if stop.is_set():
+            log.warning("worker %s: second %s; ending the grace period now",
+                        executor.worker_id, signal.Signals(signum).name)
+            hurry.set()
+        else:
+            log.info("worker %s: %s received", executor.worker_id,
+                     signal.Signals(signum).name)
+            stop.set()
+
+    for sig in signals:
+        loop.add_signal_handler(sig, on_signal, sig)
+    started = time.monotonic()
+    try:
+        if announce is not None:
+            announce(executor.worker_id)
+        report = await executor.run(stop, hurry=hurry)
+        log.info("worker %s: stopped after %.1fs; %d node(s) completed, %d handed back",
+                 executor.worker_id, time.monotonic() - started, report.processed,
+                 len(report.handed_back))
+        return report
+    finally:
+        for sig in signals:
+            loop.remove_signal_handler(sig)
+        await engine.close()
+        await queue.close()

@@ -1,0 +1,351 @@
+"""The worker's :class:`~axengine.worker.EngineClient` over the API's ``ExecutorService``.
+
+An ``ax executor`` process talks to the control plane only through this client: claim,
+heartbeat, progress, complete and the side-effect outbox, each carrying the fence its
+claim got. Answers that are control flow (``stale``, ``already-done``,
+``not-claimable``) come back as results; real errors come back as gRPC status codes and
+are mapped to the :class:`~axengine.errors.AxError` tree here, at the edge.
+
+Retries. ``UNAVAILABLE`` (the API is restarting, or it cannot reach etcd) and
+``DEADLINE_EXCEEDED`` are retried inside the client with exponential backoff and jitter
+for at most ``retry_for`` seconds, then raised as :class:`StoreUnavailable`. Every call
+of this service is safe to repeat:
+
+- heartbeat, progress, effect_get and effect_done are idempotent;
+- a repeated complete answers ``already-done`` (same fence, same output) or ``stale``
+  (the first one moved the node on): never a second commit;
+- a claim whose reply was lost left the node RUNNING under this worker; the repeat
+  answers ``not-claimable`` and the worker acks, so the node waits out its lease and the
+  reconciler hands it to someone (a lease of delay, nothing lost);
+- an effect_begin whose reply was lost left the record SENDING; the repeat reports it
+  and the record becomes UNKNOWN, which a handler settles by asking the transport, or a
+  person does. An effect is never silently performed twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+from urllib.parse import urlsplit
+from urllib.request import url2pathname
+
+import grpc
+
+from axengine import codec
+from axengine.engine import ClaimResult
+from axengine.errors import (
+    AxError,
+    BlobError,
+    Conflict,
+    Forbidden,
+    InputError,
+    NotFound,
+    StoreError,
+    StoreUnavailable,
+    Unauthorized,
+)
+from executors.contract import Failure, NodeRequest, Outcome, Success, Unavailable
+from proto.ax.v1 import ax_pb2, ax_pb2_grpc
+
+__all__ = [
+    "DEFAULT_CALL_TIMEOUT",
+    "DEFAULT_RETRY_FOR",
+    "GrpcEngineClient",
+    "error_from_rpc",
+]
+
+log = logging.getLogger("axengine.worker.grpc")
+
+#: Seconds one RPC may take before it fails with DEADLINE_EXCEEDED (and is retried).
+DEFAULT_CALL_TIMEOUT = 10.0
+#: Seconds the client keeps retrying an UNAVAILABLE API before raising StoreUnavailable.
+#: Long enough to ride out an API restart or an etcd leader change.
+DEFAULT_RETRY_FOR = 60.0
+#: First backoff delay; doubles per retry up to :data:`MAX_BACKOFF`, with full jitter.
+INITIAL_BACKOFF = 0.05
+#: Largest delay between two retries.
+MAX_BACKOFF = 1.0
+#: Largest gRPC message sent or received (rendered inputs and outputs travel inline).
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+
+_RETRY_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
+
+#: gRPC status → ax error class: the inverse of the API's error table.
+_ERRORS: Mapping[grpc.StatusCode, type[AxError]] = {
+    grpc.StatusCode.INVALID_ARGUMENT: InputError,
+    grpc.StatusCode.OUT_OF_RANGE: InputError,
+    grpc.StatusCode.NOT_FOUND: NotFound,
+    grpc.StatusCode.ALREADY_EXISTS: Conflict,
+    grpc.StatusCode.FAILED_PRECONDITION: Conflict,
+    grpc.StatusCode.ABORTED: Conflict,
+    grpc.StatusCode.UNAUTHENTICATED: Unauthorized,
+    grpc.StatusCode.PERMISSION_DENIED: Forbidden,
+    grpc.StatusCode.UNAVAILABLE: StoreUnavailable,
+    grpc.StatusCode.DEADLINE_EXCEEDED: StoreUnavailable,
+    grpc.StatusCode.RESOURCE_EXHAUSTED: StoreError,
+    grpc.StatusCode.DATA_LOSS: BlobError,
+}
+
+_LEASE: Mapping[int, str] = {ax_pb2.LEASE_RESULT_OK: "ok", ax_pb2.LEASE_RESULT_STALE: "stale"}
+_COMPLETE: Mapping[int, str] = {
+    ax_pb2.COMPLETE_RESULT_COMMITTED: "committed",
+    ax_pb2.COMPLETE_RESULT_STALE: "stale",
+    ax_pb2.COMPLETE_RESULT_ALREADY_DONE: "already-done",
+}
+_EFFECT_STATES: Mapping[int, str] = {
+    ax_pb2.EFFECT_STATE_NEW: "NEW",
+    ax_pb2.EFFECT_STATE_SENDING: "SENDING",
+    ax_pb2.EFFECT_STATE_DONE: "DONE",
+    ax_pb2.EFFECT_STATE_UNKNOWN: "UNKNOWN",
+}
+
+
+def error_from_rpc(exc: grpc.aio.AioRpcError, what: str) -> AxError:
+    """The :class:`AxError` an RPC failure stands for (``what`` names the call)."""
+    cls = _ERRORS.get(exc.code(), StoreError)
+    detail = exc.details() or exc.code().name
+    return cls(f"{what}: {detail} (gRPC {exc.code().name})")
+
+
+class GrpcEngineClient:
+    """:class:`~axengine.worker.EngineClient` backed by the API server's gRPC
+    ``ExecutorService``.
+
+    Args:
+        target: ``host:port`` of the API's gRPC listener.
+        token: Bearer token with the ``executor`` role ("" when auth is off).
+        timeout: Seconds per RPC.
+        retry_for: Seconds to keep retrying UNAVAILABLE / DEADLINE_EXCEEDED before
+            raising :class:`~axengine.errors.StoreUnavailable`.
+        channel_options: Extra gRPC channel options.
+    """
+
+    def __init__(
+        self,
+        target: str,
+        *,
+        token: str = "",
+        timeout: float = DEFAULT_CALL_TIMEOUT,
+        retry_for: float = DEFAULT_RETRY_FOR,
+        channel_options: Sequence[tuple[str, Any]] = (),
+    ) -> None:
+        self.target = target
+        self.timeout = timeout
+        self.retry_for = retry_for
+        self._metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        self._options = [
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            # gRPC backs off reconnects up to 120 s by default; an API replica that
+            # restarts in two seconds must be found again in about that time.
+            ("grpc.initial_reconnect_backoff_ms", 100),
+            ("grpc.min_reconnect_backoff_ms", 100),
+            ("grpc.max_reconnect_backoff_ms", 1000),
+            ("grpc.enable_retries", 0),
+            *channel_options,
+        ]
+        self._channel: grpc.aio.Channel | None = None
+        # The generated stub is untyped: its methods are Any either way.
+        self._stub: Any = None
+        # The outbox calls of the EngineClient protocol carry no fence; the server wants
+        # one, so the client remembers what each claim of this process got.
+        self._claims: dict[tuple[str, str], tuple[int, str]] = {}
+        self._effects: dict[str, tuple[str, str]] = {}
+        #: Calls retried after UNAVAILABLE / DEADLINE_EXCEEDED since the client started.
+        self.retries = 0
+
+    # ------------------------------------------------------------------ plumbing
+
+    @property
+    def stub(self) -> Any:
+        if self._stub is None:
+            # Created on first use so the channel binds to the running event loop.
+            self._channel = grpc.aio.insecure_channel(self.target, options=self._options)
+            self._stub = ax_pb2_grpc.ExecutorServiceStub(self._channel)  # type: ignore[no-untyped-call]
+        return self._stub
+
+    async def close(self) -> None:
+        """Close the channel (calls in flight are cancelled)."""
+        if self._channel is not None:
+            await self._channel.close()
+        self._channel = None
+        self._stub = None
+
+    async def __aenter__(self) -> GrpcEngineClient:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None,
+                        exc: BaseException | None, tb: TracebackType | None) -> None:
+        await self.close()
+
+    async def _call(self, what: str, method: Callable[..., Awaitable[Any]],
+                    request: Any) -> Any:
+        give_up = time.monotonic() + self.retry_for
+        delay = INITIAL_BACKOFF
+        while True:
+            try:
+                return await method(request, timeout=self.timeout, metadata=self._metadata)
+            except grpc.aio.AioRpcError as exc:
+                pause = random.uniform(0.0, delay)
+                if exc.code() not in _RETRY_CODES or time.monotonic() + pause >= give_up:
+                    raise error_from_rpc(exc, f"{what} via {self.target}") from exc
+                self.retries += 1
+                log.debug("%s: %s; retrying in %.2fs", what, exc.code().name, pause)
+                await asyncio.sleep(pause)
+                delay = min(delay * 2, MAX_BACKOFF)
+
+    def _fence_of(self, task_id: str, node_id: str) -> tuple[int, str]:
+        return self._claims.get((task_id, node_id), (0, ""))
+
+    # ------------------------------------------------------------------ operations
+
+    async def claim(self, task_id: str, node_id: str, *, worker: str,
+                    lease_seconds: float | None = None) -> ClaimResult:
+        """Claim a node for ``worker``; see :meth:`axengine.engine.Engine.claim`."""
+        reply = await self._call(f"claim {task_id}/{node_id}", self.stub.Claim,
+                                 ax_pb2.ClaimRequest(task_id=task_id, node_id=node_id,
+                                                     worker_id=worker,
+                                                     lease_seconds=lease_seconds or 0.0))
+        result = reply.result
+        if result == ax_pb2.CLAIM_RESULT_CLAIMED:
+            config = json.loads(reply.config_json) if reply.config_json else {}
+            request = NodeRequest(
+                task_id=task_id, node_id=node_id, node_type=reply.node_type,
+                attempt=reply.attempt, fence=reply.fence, config=config,
+                input=self._input_of(reply), labels=dict(reply.labels),
+                input_revision=reply.input_revision,
+            )
+            self._claims[(task_id, node_id)] = (reply.fence, worker)
+            return ClaimResult("claimed", request=request,
+                               timeout=float(config.get("timeout") or 0.0) or 300.0,
+                               lease_until=reply.lease_until)
+        if result == ax_pb2.CLAIM_RESULT_NOT_YET:
+            return ClaimResult("not-claimable", reason="backoff",
+                               retry_after=max(0.0, reply.not_before - time.time()))
+        if result == ax_pb2.CLAIM_RESULT_DEAD:
+            return ClaimResult("dead", reason=reply.reason or "deadline or attempt budget")
+        if result == ax_pb2.CLAIM_RESULT_NOT_CLAIMABLE:
+            return ClaimResult("not-claimable", reason=reply.reason)
+        raise StoreError(f"claim {task_id}/{node_id}: the API answered an unknown result "
+                         f"{result}; is it a newer version than this executor?")
+
+    @staticmethod
+    def _input_of(reply: Any) -> Any:
+        if reply.input_json:
+            return json.loads(reply.input_json)
+        ref = reply.input_ref
+        if not ref.uri:
+            return None
+        # The API inlines inputs for executors; a blob reference can only be followed
+        # when the blob directory is shared (a file: URI visible from here).
+        parts = urlsplit(ref.uri)
+        if parts.scheme != "file":
+            raise BlobError(f"node input is in blob {ref.uri}, which this executor cannot "
+                            "read; let the API inline inputs or share the blob directory")
+        data = Path(url2pathname(parts.path)).read_bytes()
+        if hashlib.sha256(data).hexdigest() != ref.sha256:
+            raise BlobError(f"blob {ref.uri} does not match its sha256 {ref.sha256}")
+        return json.loads(data)
+
+    async def heartbeat(self, task_id: str, node_id: str, *, fence: int,
+                        lease_seconds: float | None = None) -> str:
+        """Renew the lease: ``ok`` or ``stale``."""
+        _, worker = self._fence_of(task_id, node_id)
+        reply = await self._call(f"heartbeat {task_id}/{node_id}", self.stub.Heartbeat,
+                                 ax_pb2.HeartbeatRequest(task_id=task_id, node_id=node_id,
+                                                         fence=fence, worker_id=worker,
+                                                         lease_seconds=lease_seconds or 0.0))
+        return self._lease_answer(task_id, node_id, fence, reply.result)
+
+    async def progress(self, task_id: str, node_id: str, *, fence: int, marker: str,
+                       lease_seconds: float | None = None) -> str:
+        """Record a checkpoint: ``ok`` or ``stale``. (The API renews the lease with its
+        default length; the message carries none.)"""
+        _, worker = self._fence_of(task_id, node_id)
+        reply = await self._call(f"progress {task_id}/{node_id}", self.stub.Progress,
+                                 ax_pb2.ProgressRequest(task_id=task_id, node_id=node_id,
+                                                        fence=fence, worker_id=worker,
+                                                        marker=marker))
+        return self._lease_answer(task_id, node_id, fence, reply.result)
+
+    def _lease_answer(self, task_id: str, node_id: str, fence: int, result: int) -> str:
+        answer = _LEASE.get(result, "stale")
+        if answer == "stale":
+            self._forget(task_id, node_id, fence)
+        return answer
+
+    def _forget(self, task_id: str, node_id: str, fence: int) -> None:
+        if self._claims.get((task_id, node_id), (None, ""))[0] == fence:
+            del self._claims[(task_id, node_id)]
+
+    async def complete(self, task_id: str, node_id: str, *, fence: int,
+                       outcome: Outcome) -> str:
+        """Commit an outcome: ``committed``, ``stale`` or ``already-done``."""
+        _, worker = self._fence_of(task_id, node_id)
+        request = ax_pb2.CompleteRequest(task_id=task_id, node_id=node_id, fence=fence,
+                                         worker_id=worker)
+        if isinstance(outcome, Success):
+            request.success.output_json = codec.canonical_json(outcome.output)
+        elif isinstance(outcome, Unavailable):
+            request.unavailable.dependency = outcome.dependency
+            request.unavailable.evidence = outcome.evidence
+        elif isinstance(outcome, Failure):
+            request.failure.message = outcome.message
+            request.failure.retryable = outcome.retryable
+            if outcome.details:
+                request.failure.details_json = codec.canonical_json(dict(outcome.details))
+        else:
+            raise InputError(f"complete {task_id}/{node_id}: not an outcome: {outcome!r}")
+        reply = await self._call(f"complete {task_id}/{node_id}", self.stub.Complete, request)
+        self._forget(task_id, node_id, fence)
+        answer = _COMPLETE.get(reply.result)
+        if answer is None:
+            raise StoreError(f"complete {task_id}/{node_id}: unknown result {reply.result}")
+        return answer
+
+    async def effect_begin(self, key: str, *, task_id: str, node_id: str) -> str:
+        """Outbox NEW → SENDING; returns the state before the call.
+
+        Raises:
+            Conflict: This process's fence for the node is stale (another worker owns
+                it): the effect must not be performed; the run ends as a failure that
+                the engine then refuses as stale.
+        """
+        fence, worker = self._fence_of(task_id, node_id)
+        self._effects[key] = (task_id, node_id)
+        reply = await self._call(f"effect_begin {key}", self.stub.EffectBegin,
+                                 ax_pb2.EffectBeginRequest(key=key, task_id=task_id,
+                                                           node_id=node_id, fence=fence,
+                                                           worker_id=worker))
+        if reply.lease == ax_pb2.LEASE_RESULT_STALE:
+            raise Conflict(f"effect {key}: fence {fence} of {task_id}/{node_id} is stale; "
+                           "another worker owns the node, so this run must not perform it")
+        state = _EFFECT_STATES.get(reply.previous)
+        if state is None:
+            raise StoreError(f"effect_begin {key}: unknown state {reply.previous}")
+        return state
+
+    async def effect_done(self, key: str, result: Mapping[str, Any]) -> None:
+        """Outbox SENDING → DONE with ``result``."""
+        task_id, node_id = self._effects.pop(key, ("", ""))
+        fence, worker = self._fence_of(task_id, node_id)
+        await self._call(f"effect_done {key}", self.stub.EffectDone,
+                         ax_pb2.EffectDoneRequest(key=key, task_id=task_id, node_id=node_id,
+                                                  fence=fence, worker_id=worker,
+                                                  result_json=codec.canonical_json(dict(result))))
+
+    async def effect_get(self, key: str) -> codec.EffectRecord | None:
+        """The outbox record, or None when nothing was begun under ``key``."""
+        reply = await self._call(f"effect_get {key}", self.stub.EffectGet,
+                                 ax_pb2.EffectGetRequest(key=key))
+        if reply.state in (ax_pb2.EFFECT_STATE_NEW, ax_pb2.EFFECT_STATE_UNSPECIFIED):
+            return None
+        return codec.decode_effect(reply.SerializeToString())
