@@ -17,8 +17,8 @@ import tempfile
 from pathlib import Path
 from typing import Protocol
 
-from axengine.records import BlobRef
 from axengine.errors import BlobError
+from axengine.records import BlobRef
 
 __all__ = ["DEFAULT_THRESHOLD", "BlobStore", "DirBlobStore"]
 

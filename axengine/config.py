@@ -43,6 +43,11 @@ class AxConfig:
     def resolved_blob_dir(self) -> Path:
         return self.blob_dir or self.home / "blobs"
 
+    @property
+    def resolved_handler_settings(self) -> dict[str, Any]:
+        """Handler settings with the local mailbox under ``home`` by default."""
+        return {"mail_dir": str(self.home / "mail"), **self.handler_settings}
+
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> AxConfig:
         """Build from ``AX_*`` variables (see the module docstring), then ``overrides``
@@ -51,7 +56,9 @@ class AxConfig:
         home = Path(env.get("AX_HOME", ".ax"))
         if overrides.get("home") is not None:
             home = Path(overrides["home"])
-        settings: dict[str, Any] = {"mail_dir": str(Path(env.get("AX_MAIL_DIR", home / "mail")))}
+        settings: dict[str, Any] = {}
+        if env.get("AX_MAIL_DIR"):
+            settings["mail_dir"] = env["AX_MAIL_DIR"]
         if env.get("AX_SMTP_URL"):
             settings["smtp_url"] = env["AX_SMTP_URL"]
         config = cls(

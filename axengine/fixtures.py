@@ -19,8 +19,8 @@ from typing import Any
 from axengine import codec
 from axengine.dag import Dag
 from axengine.engine import Engine, NodeState, Snapshot, TaskRecord, TaskStatus
-from axengine.records import BlobRef, Event, NextHop
 from axengine.errors import Conflict, InputError
+from axengine.records import BlobRef, Event, NextHop
 from axengine.store import Mod, Op, Put
 
 __all__ = ["FIXTURE_VERSION", "export_task", "restore_task"]

@@ -28,8 +28,8 @@ from axengine.engine import (
     TaskView,
 )
 from axengine.engine._shell import host_pid_owner
-from axengine.worker import Worker
 from axengine.wiring import Runtime, build_runtime
+from axengine.worker import Worker
 from executors.contract import Handler
 
 __all__ = ["GateDecider", "LocalSession", "RunResult", "load_any_dag", "result_of"]
@@ -145,7 +145,7 @@ class LocalSession:
         self.worker = Worker(engine=engine, queue=self._runtime.queue, handler=self.handler,
                              worker_id=owner, concurrency=self.concurrency,
                              lease_seconds=self.lease_seconds,
-                             settings=self.config.handler_settings, poll_timeout=0.2)
+                             settings=self.config.resolved_handler_settings, poll_timeout=0.2)
         self.reconciler = Reconciler(engine, owner=owner, interval=self.reconcile_interval,
                                      leader_ttl=max(5.0, self.reconcile_interval * 4))
         # Rebuild the in-process queue from the store before serving anything.

@@ -366,7 +366,7 @@ def _check_format(fmt: str, args: Any) -> None:
 
 
 def _check_replace(text: str, old: Any, new: Any, count: Any = None) -> None:
-    old, new = str(old), str(new)
+    old, new = _text(old), _text(new)  # data only: no str() of a function or method
     hits = len(text) + 1 if old == "" else text.count(old)
     if isinstance(count, int) and count >= 0:
         hits = min(hits, count)
@@ -374,7 +374,7 @@ def _check_replace(text: str, old: Any, new: Any, count: Any = None) -> None:
 
 
 def _join_size(items: list[Any], separator: Any) -> None:
-    _charge(_weigh(items) + len(str(separator)) * len(items))
+    _charge(_weigh(items) + len(_text(separator)) * len(items))
 
 
 # ------------------------------------------------------------------------- filters
@@ -454,7 +454,7 @@ def _f_wordwrap(
     break_on_hyphens: bool = True,
 ) -> str:
     text = _text(s)
-    wrap = environment.newline_sequence if wrapstring is None else str(wrapstring)
+    wrap = environment.newline_sequence if wrapstring is None else _text(wrapstring)
     lines = len(text) // max(_limit(width, MAX_OUTPUT_CHARS, "wordwrap() width"), 1)
     _charge(len(text) + (lines + text.count("\n") + 1) * len(wrap))
     return jf.do_wordwrap(environment, text, width, break_long_words, wrap, break_on_hyphens)

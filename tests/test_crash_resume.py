@@ -42,7 +42,7 @@ def ax(home: Path, *args: str, fault: str | None = None,
     if fault and not fault.startswith("time:"):
         extra["AX_FAULT_POINT"] = fault
     if fault and fault.startswith("time:"):
-        proc = subprocess.Popen(  # noqa: S603 - our own CLI
+        proc = subprocess.Popen(
             argv, cwd=ROOT, env=_env(home, extra), text=True, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
         try:
@@ -51,7 +51,7 @@ def ax(home: Path, *args: str, fault: str | None = None,
             proc.kill()
             out, err = proc.communicate()
         return subprocess.CompletedProcess(argv, proc.returncode, out, err)
-    return subprocess.run(  # noqa: S603 - our own CLI
+    return subprocess.run(
         argv, cwd=ROOT, env=_env(home, extra), text=True, capture_output=True, timeout=120,
         stdin=subprocess.DEVNULL, check=False)
 

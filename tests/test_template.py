@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import threading
 from types import FrameType
 from typing import Any
 
@@ -398,8 +399,6 @@ def test_template_context_shape() -> None:
 
 
 def test_time_bound_holds_on_another_thread() -> None:
-    import threading
-
     errors: list[BaseException] = []
 
     def work() -> None:

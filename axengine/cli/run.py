@@ -42,6 +42,10 @@ def register(sub: Any) -> None:
     p.add_argument("--concurrency", type=int, default=4)
     p.add_argument("--quiet", "-q", action="store_true", help="no live progress")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--server", metavar="URL",
+                   help="run on an ax api server (e.g. http://127.0.0.1:8080) instead of "
+                   "the embedded engine")
+    p.add_argument("--token", default="", help="bearer token for --server")
     add_home(p)
     p.set_defaults(func=cmd_run)
 
@@ -80,6 +84,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     except AxError as exc:
         return fail(str(exc))
     try:
+        if args.server:
+            return _run_server(args, dag, task_input, decide, labels)
         return asyncio.run(_run(args, dag, task_input, decide, labels))
     except AxError as exc:
         return fail(str(exc), EXIT_FAILED)
@@ -110,6 +116,33 @@ async def _run(args: argparse.Namespace, dag: Any, task_input: Any, decide: dict
         on_gate = _prompt_gate if sys.stdin.isatty() and not args.json else None
         result = await session.wait(task_id, decide=decide, decided_by="cli", on_gate=on_gate)
         view = await session.engine.get_task(task_id)
+    return _summary(args, result, view, time.time() - t0)
+
+
+def _run_server(args: argparse.Namespace, dag: Any, task_input: Any, decide: dict[str, str],
+                labels: dict[str, str]) -> int:
+    """``--server``: the same run through an ``ax api`` server (the SDK client)."""
+    from axengine.client import Client
+
+    t0 = time.time()
+    printer = _Printer(quiet=args.quiet or args.json, t0=t0)
+
+    def show(event: Event) -> None:
+        if not printer.quiet and (event.kind != "progress" or len(event.detail) < 60):
+            print(format_event(event, t0), flush=True)
+
+    with Client(args.server, args.token) as client:
+        if args.resume:
+            task_id = args.resume
+            printer.say(f"resuming task {task_id} on {args.server}")
+        else:
+            sub = client.submit(dag, task_input, idempotency_key=args.idempotency_key,
+                                labels=labels)
+            task_id = sub.task_id
+            printer.say(f"task {task_id}: running {dag.name} ({len(dag.nodes)} nodes) on "
+                        f"{args.server}" + ("" if sub.created else " (idempotent repeat)"))
+        result = client.wait(task_id, decide=decide, on_event=show)
+        view = client.task_view(task_id)
     return _summary(args, result, view, time.time() - t0)
 
 

@@ -269,7 +269,7 @@ class Dag:
                         preds[target].add(node.id)
             cached = {nid: tuple(sorted(p)) for nid, p in preds.items()}
             object.__setattr__(self, "_preds", cached)
-        return cached  # type: ignore[no-any-return]
+        return cached
 
     @property
     def entry_nodes(self) -> tuple[str, ...]:

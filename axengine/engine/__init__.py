@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from axengine.engine._reconciler import Reconciler, ReconcileReport, owner_is_dead
+from axengine.engine._rules import Plan, RuleConfig
+from axengine.engine._shell import ClaimResult, Engine, EngineConfig, SubmitResult, TaskView
 from axengine.records import (
     ACTIVE_STATES,
     FINAL_STATES,
@@ -13,9 +16,6 @@ from axengine.records import (
     TaskRecord,
     TaskStatus,
 )
-from axengine.engine._reconciler import ReconcileReport, Reconciler, owner_is_dead
-from axengine.engine._rules import Plan, RuleConfig
-from axengine.engine._shell import ClaimResult, Engine, EngineConfig, SubmitResult, TaskView
 
 __all__ = [
     "ACTIVE_STATES",

@@ -17,9 +17,9 @@ import os
 from dataclasses import dataclass, field
 
 from axengine import codec
-from axengine.records import NodeState
 from axengine.engine._shell import Engine
 from axengine.queue import WorkItem
+from axengine.records import NodeState
 from axengine.store import Mod, Put
 
 __all__ = ["ReconcileReport", "Reconciler", "owner_is_dead"]

@@ -22,6 +22,8 @@ from typing import Any
 
 from axengine import template
 from axengine.dag import Dag, Node
+from axengine.engine._view import View
+from axengine.errors import Conflict, InputError, TemplateError
 from axengine.records import (
     FINAL_STATES,
     Event,
@@ -31,8 +33,6 @@ from axengine.records import (
     TaskRecord,
     TaskStatus,
 )
-from axengine.engine._view import View
-from axengine.errors import Conflict, InputError, TemplateError
 from executors.contract import Failure, Outcome, Success, Unavailable
 
 __all__ = [
@@ -186,7 +186,8 @@ class _Builder:
 
     # ------------------------------------------------------------- templates
 
-    def context(self, refs: frozenset[str] | None, output: Any = template.MISSING) -> dict[str, Any]:
+    def context(self, refs: frozenset[str] | None,
+                output: Any = template.MISSING) -> dict[str, Any]:
         node_ids: Iterable[str] = self.view.dag.nodes if refs is None else sorted(refs)
         if refs is None:
             self.view.require(self.view.dag.nodes)
@@ -208,7 +209,8 @@ class _Builder:
 
     # ------------------------------------------------------------- edges
 
-    def decide_edges(self, node: Node, output: Any, label: str | None = None) -> tuple[NextHop, ...]:
+    def decide_edges(self, node: Node, output: Any,
+                     label: str | None = None) -> tuple[NextHop, ...]:
         """Evaluate ``node``'s guards once; the result is cached in ``next_hops``."""
         taken: dict[str, bool] = {}
         ctx: dict[str, Any] | None = None
@@ -547,7 +549,8 @@ def plan_complete(view: View, node_id: str, *, fence: int, outcome: Outcome, now
         b.plan.enqueue.append((node_id, delay))
         return b.plan
     exhausted = outcome.retryable
-    reason = f"attempts exhausted ({snap.attempt}/{node.attempts}): {message}" if exhausted else message
+    reason = (f"attempts exhausted ({snap.attempt}/{node.attempts}): {message}"
+              if exhausted else message)
     b.fail(node, snap, reason, retryable=outcome.retryable, dead=exhausted)
     b.settle(node.targets)
     return b.plan

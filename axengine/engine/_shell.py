@@ -18,18 +18,18 @@ import os
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from axengine import codec, faults
 from axengine.blobs import DEFAULT_THRESHOLD, BlobStore
 from axengine.dag import Dag
 from axengine.engine import _rules as rules
-from axengine.records import Event, NodeState, Snapshot, TaskRecord, TaskStatus
 from axengine.engine._view import Need, View
 from axengine.errors import Conflict, InputError, NotFound, StoreError
 from axengine.keys import StoreKeys
 from axengine.queue import WorkItem, WorkQueue
+from axengine.records import Event, Snapshot, TaskRecord, TaskStatus
 from axengine.store import Get, KeyValue, Mod, Op, Put, StateStore, Version
 from executors.contract import NodeRequest, Outcome
 
@@ -55,7 +55,7 @@ class EngineConfig:
     lease_seconds: float = 30.0
     blob_threshold: int = DEFAULT_THRESHOLD
     max_input_bytes: int = 8 * 1024 * 1024
-    rules: rules.RuleConfig = rules.RuleConfig()
+    rules: rules.RuleConfig = field(default_factory=rules.RuleConfig)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from axengine.records import Snapshot, TaskRecord
 __all__ = ["Need", "View"]
 
 
-class Need(Exception):  # noqa: N818 - control flow between the pure core and its shell
+class Need(Exception):
     """Raised by a rule: load these snapshots (node ids) and/or blob outputs, then retry."""
 
     def __init__(self, *, nodes: Iterable[str] = (), outputs: Iterable[str] = (),

@@ -56,7 +56,7 @@ class _Effect:
 
     def state(self) -> EffectState:
         record = self._ctx.call(self._ctx.engine.effect_get(self._key))
-        return "NEW" if record is None else record.state  # type: ignore[no-any-return]
+        return "NEW" if record is None else record.state
 
     def begin(self) -> EffectState:
         req = self._ctx.request
@@ -72,7 +72,7 @@ class _Effect:
 
     def result(self) -> Mapping[str, Any] | None:
         record = self._ctx.call(self._ctx.engine.effect_get(self._key))
-        return None if record is None else record.result  # type: ignore[no-any-return]
+        return None if record is None else record.result
 
 
 class RunContext:

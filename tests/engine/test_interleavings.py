@@ -39,7 +39,7 @@ def dags(draw: st.DrawFn) -> Dag:
                     edges.append({"target": f"n{j}",
                                   "condition": f"{{{{ output.v > {threshold} }}}}"})
         nodes[f"n{i}"] = {"type": "tool_call", "tool": "echo", "retry": 60,
-                          "input": f"{{{{ input.seed }}}}", "next": edges}
+                          "input": "{{ input.seed }}", "next": edges}
     # Keep every node reachable from n0 so the validator accepts the DAG.
     for j in range(1, n):
         if not any(e["target"] == f"n{j}" for i in range(j) for e in nodes[f"n{i}"]["next"]):  # type: ignore[union-attr]

@@ -1,0 +1,408 @@
+"""Operations shared by the REST and gRPC adapters.
+
+Both wires offer the same operations; what they share lives here so they cannot drift:
+turning a DAG given inline, as YAML or by hash into a validated :class:`Dag`, submitting
+with an idempotency pre-check, label selectors and task pages, event pages, following a
+task's events as they commit (watch), and the JSON views of records that REST answers
+with.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import re
+from collections.abc import AsyncGenerator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from axengine import codec
+from axengine.dag import Dag, load_dag_mapping, load_dag_text
+from axengine.engine import Engine, Event, Snapshot, SubmitResult, TaskRecord, TaskStatus
+from axengine.errors import Conflict, DagError, DagProblem, InputError, NotFound
+
+__all__ = [
+    "DEFAULT_PAGE",
+    "MAX_PAGE",
+    "WatchEnd",
+    "dag_json",
+    "event_json",
+    "events_page",
+    "follow_events",
+    "inline_dag_name",
+    "list_page",
+    "load_request_dag",
+    "node_json",
+    "node_snapshot",
+    "parse_json_text",
+    "parse_label_selector",
+    "require_task",
+    "submit_task",
+    "task_json",
+    "task_view_json",
+    "validate_dag",
+]
+
+#: Tasks per page when the caller does not say.
+DEFAULT_PAGE = 100
+#: Largest page of tasks or events.
+MAX_PAGE = 1000
+#: Events per page when the caller does not say.
+DEFAULT_EVENTS = 1000
+#: ``file`` of problems in DAGs that came in a request.
+REQUEST_FILE = "<request>"
+#: Task events after which a watch ends.
+FINAL_EVENT_KINDS = frozenset({"task_succeeded", "task_failed", "task_dead", "task_cancelled"})
+
+_SELECTOR = re.compile(r"^\s*([A-Za-z0-9_./-]+)\s*(?:(==|=|!=)\s*([A-Za-z0-9_./:@-]*))?\s*$")
+
+
+# ---------------------------------------------------------------------------- DAGs
+
+
+def inline_dag_name(mapping: Mapping[str, Any]) -> str:
+    """``inline-<8 hex>``: the name of an inline DAG that has none, from its content."""
+    digest = hashlib.sha256(codec.canonical_json(dict(mapping)).encode()).hexdigest()
+    return f"inline-{digest[:8]}"
+
+
+def _from_mapping(mapping: Mapping[str, Any], file: str) -> Dag:
+    data = dict(mapping)
+    if "name" not in data:
+        try:
+            data["name"] = inline_dag_name(data)
+        except (TypeError, ValueError) as exc:
+            raise InputError(f"dag: not a JSON document: {exc}") from exc
+    return load_dag_mapping(data, file=file)
+
+
+async def load_request_dag(engine: Engine, *, mapping: Mapping[str, Any] | None = None,
+                           yaml_text: str | None = None, dag_hash: str | None = None,
+                           file: str = REQUEST_FILE) -> Dag:
+    """The DAG of a request: exactly one of an inline mapping, YAML text or a stored hash.
+
+    Raises:
+        InputError: Not exactly one source given.
+        DagError: The DAG is invalid (every problem listed).
+        NotFound: ``dag_hash`` names no stored DAG.
+    """
+    given = [name for name, value in (("dag", mapping), ("dag_yaml", yaml_text),
+                                      ("dag_hash", dag_hash)) if value is not None]
+    if len(given) != 1:
+        raise InputError("give exactly one of dag, dag_yaml or dag_hash"
+                         + (f" (got {', '.join(given)})" if given else ""))
+    if mapping is not None:
+        return _from_mapping(mapping, file)
+    if yaml_text is not None:
+        return load_dag_text(yaml_text, file=file)
+    assert dag_hash is not None
+    if not re.fullmatch(r"[0-9a-f]{8,128}", dag_hash):
+        raise InputError(f"dag_hash {dag_hash!r} is not a hex digest")
+    return await engine.get_dag(dag_hash)
+
+
+def validate_dag(*, mapping: Mapping[str, Any] | None = None, yaml_text: str | None = None,
+                 file: str = REQUEST_FILE) -> tuple[Dag | None, list[DagProblem]]:
+    """Validate without storing: the DAG, or the problems found."""
+    if (mapping is None) == (yaml_text is None):
+        raise InputError("give exactly one of dag_yaml or dag")
+    try:
+        dag = _from_mapping(mapping, file) if mapping is not None else load_dag_text(
+            yaml_text or "", file=file)
+    except DagError as exc:
+        return None, list(exc.problems)
+    return dag, []
+
+
+def parse_json_text(text: str, what: str, *, empty: Any = None) -> Any:
+    """A JSON value sent as text (gRPC ``*_json`` fields); ``""`` gives ``empty``."""
+    if text == "":
+        return empty
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{what} is not valid JSON: {exc.msg} (line {exc.lineno}, "
+                         f"column {exc.colno})") from exc
+
+
+# ---------------------------------------------------------------------------- tasks
+
+
+async def require_task(engine: Engine, task_id: str) -> TaskRecord:
+    """The task record, or :class:`NotFound`."""
+    kv = await engine.store.get(engine.keys.task(task_id))
+    if kv is None:
+        raise NotFound(f"task {task_id!r} does not exist")
+    return codec.decode_task(kv.value)
+
+
+async def submit_task(engine: Engine, dag: Dag, task_input: Any, *, idempotency_key: str,
+                      labels: Mapping[str, str], priority: int,
+                      deadline_seconds: float | None) -> SubmitResult:
+    """Submit; an idempotency key already used for another DAG is refused before the DAG
+    is stored, so a conflicting request writes nothing (the engine still decides the
+    rest of the payload comparison atomically)."""
+    try:
+        codec.canonical_json(task_input)
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"input is not storable JSON: {exc}") from exc
+    if not -(2**31) <= priority < 2**31:
+        raise InputError(f"priority {priority} is out of range (32-bit integer)")
+    if idempotency_key:
+        kv = await engine.store.get(engine.keys.idempotency(idempotency_key))
+        if kv is not None:
+            existing = await require_task(engine, kv.value.decode())
+            if existing.dag_hash != dag.hash:
+                raise Conflict(f"idempotency key {idempotency_key!r} was used for task "
+                               f"{existing.task_id} with another DAG ({existing.dag_name})")
+    return await engine.submit(dag, task_input, idempotency_key=idempotency_key,
+                               labels=dict(labels), priority=priority,
+                               deadline_seconds=deadline_seconds)
+
+
+Selector = tuple[tuple[str, str, str | None], ...]
+
+
+def parse_label_selector(text: str) -> Selector:
+    """Parse ``team=risk,env!=dev,canary`` (kubectl equality selectors).
+
+    Raises:
+        InputError: A term is not ``key``, ``key=value``, ``key==value`` or ``key!=value``.
+    """
+    terms: list[tuple[str, str, str | None]] = []
+    for raw in text.split(","):
+        if not raw.strip():
+            continue
+        found = _SELECTOR.match(raw)
+        if found is None:
+            raise InputError(f"label selector term {raw.strip()!r}: use key, key=value or "
+                             "key!=value")
+        key, op, value = found.groups()
+        terms.append((key, "!=" if op == "!=" else ("=" if op else "exists"), value))
+    return tuple(terms)
+
+
+def _selected(labels: Mapping[str, str], selector: Selector) -> bool:
+    for key, op, value in selector:
+        if op == "exists" and key not in labels:
+            return False
+        if op == "=" and labels.get(key) != value:
+            return False
+        if op == "!=" and labels.get(key) == value:
+            return False
+    return True
+
+
+async def list_page(engine: Engine, *, statuses: Sequence[str] = (), dag_name: str = "",
+                    selector: Selector = (), limit: int = DEFAULT_PAGE,
+                    page_token: str = "") -> tuple[list[TaskRecord], str | None]:
+    """One page of tasks in task-id order and the token of the next page (None: last)."""
+    wanted = set()
+    for status in statuses:
+        try:
+            wanted.add(TaskStatus(status.upper()))
+        except ValueError:
+            raise InputError(f"unknown status {status!r}: use one of "
+                             f"{', '.join(s.value for s in TaskStatus)}") from None
+    if not 1 <= limit <= MAX_PAGE:
+        raise InputError(f"limit must be between 1 and {MAX_PAGE}")
+    single = next(iter(wanted)).value if len(wanted) == 1 else None
+    out: list[TaskRecord] = []
+    after = page_token or None
+    while len(out) < limit:
+        batch = await engine.list_tasks(status=single, dag_name=dag_name or None,
+                                        limit=limit, start_after=after)
+        for task in batch:
+            after = task.task_id
+            if (not wanted or task.status in wanted) and _selected(task.labels, selector):
+                out.append(task)
+                if len(out) >= limit:
+                    break
+        if len(batch) < limit:
+            break
+    return out, (out[-1].task_id if len(out) >= limit else None)
+
+
+async def events_page(engine: Engine, task_id: str, *, after_seq: int = 0,
+                      limit: int = DEFAULT_EVENTS) -> tuple[list[Event], int]:
+    """Events with ``seq > after_seq`` in commit order, and the last seq returned."""
+    if not 1 <= limit <= MAX_PAGE * 10:
+        raise InputError(f"limit must be between 1 and {MAX_PAGE * 10}")
+    await require_task(engine, task_id)
+    events = [e for e in await engine.events(task_id) if e.seq > after_seq][:limit]
+    return events, (events[-1].seq if events else after_seq)
+
+
+# ---------------------------------------------------------------------------- watch
+
+
+@dataclass(frozen=True)
+class WatchEnd:
+    """The watched task reached a final status; the stream ends after this."""
+
+    task_id: str
+    status: str
+
+
+async def follow_events(engine: Engine, task_id: str, *, after_seq: int = 0,
+                        stopping: asyncio.Event | None = None, keepalive: float = 15.0,
+                        max_seconds: float = 3600.0,
+                        ) -> AsyncGenerator[Event | WatchEnd | None, None]:
+    """Events of a task as they commit: first those with ``seq > after_seq``, then live
+    ones from a store watch, until the task is final (:class:`WatchEnd`), ``stopping``
+    is set or ``max_seconds`` pass. ``None`` is yielded after ``keepalive`` seconds of
+    silence so the caller can probe its connection.
+
+    The store revision is read *before* the replay and the watch starts right after it,
+    so an event committed between the two is seen (twice at worst: seq dedupes).
+
+    Raises:
+        NotFound: The task does not exist (before anything is yielded).
+    """
+    store = engine.store
+    start = await store.revision()
+    await require_task(engine, task_id)
+    last = after_seq
+    for event in await engine.events(task_id):
+        if event.seq > last:
+            last = event.seq
+            yield event
+    task = await require_task(engine, task_id)
+    if task.status.final:
+        yield WatchEnd(task_id, task.status.value)
+        return
+    inbox: asyncio.Queue[Event | BaseException] = asyncio.Queue()
+
+    async def pump() -> None:
+        try:
+            async for change in store.watch(engine.keys.events(task_id),
+                                            start_revision=start + 1):
+                if change.kind == "put":
+                    event = replace(codec.decode_event(change.kv.value),
+                                    seq=change.kv.create_revision)
+                    inbox.put_nowait(event)
+        except Exception as exc:  # handed to the consumer, which raises it
+            inbox.put_nowait(exc)
+
+    loop = asyncio.get_running_loop()
+    end = loop.time() + max_seconds
+    stop = stopping or asyncio.Event()
+    pump_task = asyncio.create_task(pump())
+    stop_task = asyncio.create_task(stop.wait())
+    get_task: asyncio.Task[Event | BaseException] | None = None
+    try:
+        while not stop.is_set():
+            remaining = end - loop.time()
+            if remaining <= 0:
+                return
+            if get_task is None:
+                get_task = asyncio.create_task(inbox.get())
+            done, _ = await asyncio.wait({get_task, stop_task},
+                                         timeout=min(keepalive, remaining),
+                                         return_when=asyncio.FIRST_COMPLETED)
+            if get_task not in done:
+                if not done and end - loop.time() > 0:
+                    yield None
+                continue
+            item = get_task.result()
+            get_task = None
+            if isinstance(item, BaseException):
+                raise item
+            if item.seq <= last:
+                continue
+            last = item.seq
+            yield item
+            if item.kind in FINAL_EVENT_KINDS:
+                yield WatchEnd(task_id, item.state)
+                return
+    finally:
+        for pending in (pump_task, stop_task, get_task):
+            if pending is not None:
+                pending.cancel()
+                with contextlib.suppress(BaseException):
+                    await pending
+
+
+# ---------------------------------------------------------------------------- views
+
+
+def event_json(event: Event) -> dict[str, Any]:
+    return {
+        "task_id": event.task_id, "event_id": event.event_id, "seq": event.seq,
+        "kind": event.kind, "at": event.at, "node_id": event.node_id,
+        "state": event.state, "attempt": event.attempt, "fence": event.fence,
+        "actor": event.actor, "detail": event.detail,
+    }
+
+
+def task_json(task: TaskRecord) -> dict[str, Any]:
+    """A task without its nodes."""
+    return {
+        "task_id": task.task_id, "dag_name": task.dag_name, "dag_hash": task.dag_hash,
+        "status": task.status.value, "input": task.input, "priority": task.priority,
+        "deadline": task.deadline, "labels": dict(task.labels),
+        "idempotency_key": task.idempotency_key, "counts": dict(task.counts),
+        "created_at": task.created_at, "updated_at": task.updated_at,
+        "finished_at": task.finished_at,
+    }
+
+
+def node_json(snap: Snapshot, node_type: str) -> dict[str, Any]:
+    """A node snapshot (input and output already resolved from blobs by the caller)."""
+    return {
+        "node_id": snap.node_id, "type": node_type, "state": snap.state.value,
+        "attempt": snap.attempt, "fence": snap.fence, "owner": snap.owner,
+        "lease_until": snap.lease_until, "heartbeat_at": snap.heartbeat_at,
+        "progress_at": snap.progress_at, "progress_marker": snap.progress_marker,
+        "input": snap.input, "output": snap.output,
+        "next_hops": [{"target": h.target_node_id, "taken": h.is_taken}
+                      for h in snap.next_hops],
+        "error": snap.error, "error_retryable": snap.error_retryable,
+        "evidence": snap.evidence,
+        "decision": dict(snap.decision) if snap.decision is not None else None,
+        "ready_at": snap.ready_at, "not_before": snap.not_before,
+        "started_at": snap.started_at, "finished_at": snap.finished_at,
+        "gate_until": snap.gate_until, "paused_seconds": snap.paused_seconds,
+    }
+
+
+def resolve_input(engine: Engine, snap: Snapshot) -> Snapshot:
+    """The snapshot with a blob-held rendered input read back."""
+    if snap.input_ref is not None and snap.input is None:
+        return replace(snap, input=json.loads(engine.blobs.get(snap.input_ref)))
+    return snap
+
+
+async def node_snapshot(engine: Engine, task_id: str, node_id: str) -> tuple[Snapshot, str]:
+    """One node's snapshot (input and output resolved from blobs) and its node type.
+
+    Raises:
+        NotFound: The task or the node does not exist.
+    """
+    task = await require_task(engine, task_id)
+    dag = await engine.get_dag(task.dag_hash)
+    node = dag.nodes.get(node_id)
+    kv = await engine.store.get(engine.keys.snapshot(task_id, node_id))
+    if node is None or kv is None:
+        raise NotFound(f"task {task_id!r} has no node {node_id!r}")
+    snap = codec.decode_snapshot(kv.value)
+    if snap.output_ref is not None and snap.output is None:
+        snap = replace(snap, output=json.loads(engine.blobs.get(snap.output_ref)))
+    return resolve_input(engine, snap), node.type
+
+
+async def task_view_json(engine: Engine, task_id: str) -> dict[str, Any]:
+    """A task with every node, as ``GET /v1/tasks/{id}`` answers."""
+    view = await engine.get_task(task_id)
+    body = task_json(view.task)
+    body["nodes"] = {
+        nid: node_json(resolve_input(engine, snap), view.dag.nodes[nid].type)
+        for nid, snap in view.snapshots.items()
+    }
+    return body
+
+
+def dag_json(dag: Dag) -> dict[str, Any]:
+    return {"hash": dag.hash, "name": dag.name, "dag": dag.canonical()}

@@ -1,0 +1,497 @@
+"""The REST adapter (FastAPI): ``/v1`` operations, health, readiness, metrics.
+
+Requests pass three ASGI layers before routing, outermost first:
+
+1. request counting (``ax_api_requests_total``),
+2. the body limit: a ``Content-Length`` above the limit is answered 413 before anything
+   is read, and a chunked body is counted as it streams,
+3. authentication of ``/v1`` paths (401 before the body is even parsed).
+
+Routes then check the role the operation needs (403), validate the body with strict
+pydantic models (unknown fields are errors), and call the engine through
+:mod:`axengine.api._ops`. Every error leaves as ``{"error": {"type", "message"}}`` with
+the status of :mod:`axengine.api._errors`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from typing import Annotated, Any, Literal
+
+from fastapi import Depends, FastAPI, Header, Query, Request, Security
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from axengine.api import _ops as ops
+from axengine.api._auth import ANONYMOUS, Authenticator, Principal
+from axengine.api._errors import error_body, problem_json, status_of
+from axengine.engine import Engine
+from axengine.errors import AxError, InputError, Unauthorized
+from axengine.metrics import CONTENT_TYPE_LATEST, AxMetrics
+
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "create_app"]
+
+log = logging.getLogger("axengine.api")
+
+#: Largest request body accepted (bytes) unless configured otherwise.
+DEFAULT_MAX_BODY_BYTES = 1024 * 1024
+#: Seconds a readiness probe waits for the store or the queue.
+READY_TIMEOUT = 2.0
+#: Seconds of silence after which a watch stream sends a keepalive comment.
+SSE_KEEPALIVE = 15.0
+
+_PRINCIPAL = "ax.principal"
+_WWW_AUTH = 'Bearer realm="ax"'
+_HTTP_TYPES = {400: "InputError", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound",
+               405: "MethodNotAllowed", 413: "PayloadTooLarge", 415: "UnsupportedMediaType"}
+
+
+def _json_response(status: int, body: Any, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse(body, status_code=status, headers=headers)
+
+
+def _error(status: int, type_: str, message: str) -> dict[str, Any]:
+    return {"error": {"type": type_, "message": message}}
+
+
+async def _send_json(send: Send, status: int, body: Any,
+                     headers: dict[str, str] | None = None) -> None:
+    data = json.dumps(body).encode()
+    raw = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]
+    raw += [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": data})
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope.get("headers", ()):
+        if key == name:
+            return str(value.decode("latin-1"))
+    return None
+
+
+# ---------------------------------------------------------------------------- middleware
+
+
+class _TooLarge(HTTPException):
+    """Raised from ``receive`` when a streamed body passes the limit. An HTTPException,
+    so FastAPI's body reader re-raises it unchanged instead of turning it into 400."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(413, f"request body is larger than {limit} bytes")
+
+
+class BodyLimitMiddleware:
+    """Refuse bodies larger than ``max_bytes`` with 413, before parsing them."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        limit = self.max_bytes
+        declared = _header(scope, b"content-length")
+        if declared is not None:
+            if not declared.strip().isdigit():
+                await _send_json(send, 400, _error(400, "InputError",
+                                                   "Content-Length is not a number"))
+                return
+            if int(declared) > limit:
+                await _send_json(send, 413, _error(413, "PayloadTooLarge",
+                                                   f"request body of {declared} bytes is "
+                                                   f"larger than {limit} bytes"))
+                return
+        seen = 0
+        started = False
+
+        async def limited() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > limit:
+                    raise _TooLarge(limit)
+            return message
+
+        async def tracked(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, limited, tracked)
+        except _TooLarge as exc:
+            if started:
+                raise
+            await _send_json(send, 413, _error(413, "PayloadTooLarge", str(exc.detail)))
+
+
+class AuthMiddleware:
+    """Authenticate every ``/v1`` request; the principal goes into the scope."""
+
+    def __init__(self, app: ASGIApp, auth: Authenticator | None) -> None:
+        self.app = app
+        self.auth = auth
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"].startswith("/v1/"):
+            if self.auth is None:
+                scope[_PRINCIPAL] = ANONYMOUS
+            else:
+                try:
+                    scope[_PRINCIPAL] = self.auth.authenticate(
+                        _header(scope, b"authorization"))
+                except Unauthorized as exc:
+                    await _send_json(send, 401, error_body(exc), _auth_headers(exc))
+                    return
+        await self.app(scope, receive, send)
+
+
+def _auth_headers(exc: Unauthorized) -> dict[str, str]:
+    if "unknown" in str(exc):
+        return {"WWW-Authenticate": _WWW_AUTH + ', error="invalid_token"'}
+    return {"WWW-Authenticate": _WWW_AUTH}
+
+
+class RequestCountMiddleware:
+    """Count requests by method, route template and status code."""
+
+    def __init__(self, app: ASGIApp, metrics: AxMetrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status = 500
+
+        async def tracked(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracked)
+        finally:
+            route = scope.get("route")
+            path = getattr(route, "path", None) or "unmatched"
+            self.metrics.requests.labels(scope["method"], path, str(status)).inc()
+
+
+# ---------------------------------------------------------------------------- models
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SubmitBody(_Strict):
+    """``POST /v1/tasks``: exactly one of ``dag``, ``dag_yaml``, ``dag_hash``."""
+
+    dag: dict[str, Any] | None = Field(None, description="the DAG as a JSON mapping")
+    dag_yaml: str | None = Field(None, description="the DAG document (YAML)")
+    dag_hash: str | None = Field(None, description="a DAG stored earlier")
+    input: Any = Field(None, description="task input (absent: {})")
+    idempotency_key: str | None = Field(None, min_length=1, max_length=256)
+    labels: dict[str, str] = Field(default_factory=dict)
+    priority: int = Field(0, strict=True, ge=-(2**31), le=2**31 - 1)
+    deadline_seconds: float | None = Field(None, gt=0)
+
+
+class SubmitReply(BaseModel):
+    task_id: str
+    created: bool
+    dag_hash: str
+
+
+class DecisionBody(_Strict):
+    decision: Literal["approve", "reject"]
+    comment: str = Field("", max_length=2000)
+
+
+class CancelBody(_Strict):
+    reason: str = Field("", max_length=500)
+
+
+class RetryBody(_Strict):
+    from_node: str = Field(min_length=1)
+    input: Any = Field(None, description="override of the node's rendered input")
+
+
+class ValidateBody(_Strict):
+    dag_yaml: str | None = None
+    dag: dict[str, Any] | None = None
+    file: str = Field(ops.REQUEST_FILE, max_length=256)
+
+
+# ---------------------------------------------------------------------------- errors
+
+
+def _validation_message(exc: RequestValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        loc = [str(p) for p in err.get("loc", ())]
+        if err.get("type") == "json_invalid":
+            doc = exc.body if isinstance(exc.body, str) else ""
+            pos = int(loc[1]) if len(loc) > 1 and loc[1].isdigit() else 0
+            line = doc.count("\n", 0, pos) + 1
+            column = pos - (doc.rfind("\n", 0, pos) + 1) + 1
+            reason = (err.get("ctx") or {}).get("error", "invalid JSON")
+            return f"request body is not valid JSON: {reason} (line {line}, column {column})"
+        where = ".".join(loc) or "request"
+        if err.get("type") == "extra_forbidden":
+            parts.append(f"{where}: unknown field")
+        elif err.get("type") == "missing":
+            parts.append(f"{where}: field required")
+        elif loc == ["body"] and isinstance(exc.body, bytes | bytearray):
+            parts.append("body: send a JSON object with Content-Type: application/json")
+        else:
+            parts.append(f"{where}: {err.get('msg', 'invalid')}")
+    return "; ".join(parts) or "invalid request"
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    async def ax_error(request: Request, exc: Exception) -> Response:
+        status = status_of(exc)
+        if status.http >= 500 and status.http != 503:
+            log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
+        headers = _auth_headers(exc) if isinstance(exc, Unauthorized) else None
+        return _json_response(status.http, error_body(exc), headers)
+
+    async def invalid(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, RequestValidationError)
+        return _json_response(400, _error(400, "InputError", _validation_message(exc)))
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        type_ = _HTTP_TYPES.get(exc.status_code, "HTTPError")
+        message = str(exc.detail) if exc.detail else type_
+        if exc.status_code == 404 and message == "Not Found":
+            message = f"no route {request.method} {request.url.path}"
+        return _json_response(exc.status_code, _error(exc.status_code, type_, message),
+                              dict(exc.headers or {}))
+
+    app.add_exception_handler(AxError, ax_error)
+    app.add_exception_handler(RequestValidationError, invalid)
+    app.add_exception_handler(HTTPException, http_error)
+    app.add_exception_handler(Exception, ax_error)
+
+
+# ---------------------------------------------------------------------------- app
+
+_bearer = HTTPBearer(auto_error=False, description="a token of the tokens file")
+
+
+def _role(rule: str) -> Callable[..., Principal]:
+    def dependency(
+        request: Request,
+        _: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)] = None,
+    ) -> Principal:
+        principal = request.scope.get(_PRINCIPAL)
+        if not isinstance(principal, Principal):  # the middleware always sets it
+            raise Unauthorized("missing bearer token")
+        return Authenticator.check(principal, rule)
+
+    return dependency
+
+
+Reader = Annotated[Principal, Depends(_role("read"))]
+Submitter = Annotated[Principal, Depends(_role("submit"))]
+Approver = Annotated[Principal, Depends(_role("approve"))]
+Admin = Annotated[Principal, Depends(_role("admin"))]
+
+
+async def _probe(what: Awaitable[Any]) -> str:
+    try:
+        await asyncio.wait_for(what, timeout=READY_TIMEOUT)
+    except TimeoutError:
+        return f"timeout: no answer within {READY_TIMEOUT:g}s"
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return "ok"
+
+
+def create_app(*, engine: Engine, auth: Authenticator | None, metrics: AxMetrics,
+               stopping: asyncio.Event | None = None,
+               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> FastAPI:
+    """Build the REST application.
+
+    Args:
+        engine: The engine every operation goes through.
+        auth: Tokens and roles; None turns authentication off (every caller is
+            ``anonymous`` with every role).
+        metrics: Process metrics (served at ``/metrics``, fed by request counting).
+        stopping: Set when the server shuts down: watch streams end, readiness fails.
+        max_body_bytes: Largest request body accepted (413 above).
+    """
+    stop = stopping or asyncio.Event()
+    app = FastAPI(
+        title="ax API", version="1",
+        description="Durable DAG workflow engine for agentic work (see docs/api.md).",
+    )
+    _install_error_handlers(app)
+    app.add_middleware(AuthMiddleware, auth=auth)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=max_body_bytes)
+    app.add_middleware(RequestCountMiddleware, metrics=metrics)
+
+    @app.get("/healthz", tags=["ops"])
+    async def healthz() -> dict[str, str]:
+        """The process is alive."""
+        return {"status": "ok"}
+
+    @app.get("/readyz", tags=["ops"])
+    async def readyz() -> Response:
+        """The store and the queue answer (503 otherwise, and while shutting down)."""
+        store = await _probe(engine.store.revision())
+        queue = await _probe(engine.queue.depth("default"))
+        ready = store == "ok" and queue == "ok" and not stop.is_set()
+        body: dict[str, Any] = {"ready": ready, "store": store, "queue": queue}
+        if stop.is_set():
+            body["stopping"] = True
+        return _json_response(200 if ready else 503, body)
+
+    @app.get("/metrics", tags=["ops"])
+    async def prometheus() -> Response:
+        """Prometheus text exposition."""
+        return Response(await metrics.render(engine), media_type=CONTENT_TYPE_LATEST)
+
+    @app.post("/v1/tasks", status_code=201, response_model=SubmitReply, tags=["tasks"],
+              responses={200: {"description": "an idempotent repeat (created: false)"}})
+    async def submit(
+        body: SubmitBody, who: Submitter,
+        idempotency_header: Annotated[str | None, Header(alias="Idempotency-Key",
+                                                         max_length=256)] = None,
+    ) -> Response:
+        """Submit a task (exactly one of dag, dag_yaml, dag_hash)."""
+        key = body.idempotency_key or ""
+        if idempotency_header:
+            if key and key != idempotency_header:
+                raise InputError("Idempotency-Key header and idempotency_key field differ")
+            key = idempotency_header
+        dag = await ops.load_request_dag(engine, mapping=body.dag, yaml_text=body.dag_yaml,
+                                         dag_hash=body.dag_hash)
+        task_input = body.input if "input" in body.model_fields_set else {}
+        result = await ops.submit_task(
+            engine, dag, task_input, idempotency_key=key, labels=body.labels,
+            priority=body.priority, deadline_seconds=body.deadline_seconds)
+        metrics.track_lanes(node.lane for node in dag.nodes.values())
+        reply = {"task_id": result.task_id, "created": result.created, "dag_hash": dag.hash}
+        return _json_response(201 if result.created else 200, reply)
+
+    @app.get("/v1/tasks", tags=["tasks"])
+    async def list_tasks(
+        who: Reader,
+        status: Annotated[list[str] | None, Query()] = None,
+        dag: str = "", label: str = "",
+        limit: Annotated[int, Query(ge=1, le=ops.MAX_PAGE)] = ops.DEFAULT_PAGE,
+        page_token: str = "",
+    ) -> dict[str, Any]:
+        """Tasks in task-id order, one page at a time."""
+        tasks, token = await ops.list_page(
+            engine, statuses=status or (), dag_name=dag,
+            selector=ops.parse_label_selector(label), limit=limit, page_token=page_token)
+        return {"tasks": [ops.task_json(t) for t in tasks], "next_page_token": token}
+
+    @app.get("/v1/tasks/{task_id}", tags=["tasks"])
+    async def get_task(task_id: str, who: Reader) -> dict[str, Any]:
+        """A task and the snapshots of its nodes."""
+        return await ops.task_view_json(engine, task_id)
+
+    @app.get("/v1/tasks/{task_id}/events", tags=["tasks"])
+    async def get_events(
+        task_id: str, who: Reader,
+        after_seq: Annotated[int, Query(ge=0)] = 0,
+        limit: Annotated[int, Query(ge=1, le=ops.MAX_PAGE * 10)] = ops.DEFAULT_EVENTS,
+    ) -> dict[str, Any]:
+        """The task's events in commit order."""
+        events, last = await ops.events_page(engine, task_id, after_seq=after_seq,
+                                             limit=limit)
+        return {"events": [ops.event_json(e) for e in events], "last_seq": last}
+
+    @app.get("/v1/tasks/{task_id}/watch", tags=["tasks"],
+             responses={200: {"content": {"text/event-stream": {}}}})
+    async def watch(
+        task_id: str, who: Reader,
+        after_seq: Annotated[int, Query(ge=0)] = 0,
+        last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
+    ) -> StreamingResponse:
+        """Server-sent events: one ``data:`` JSON per event until the task is final."""
+        if last_event_id and last_event_id.isdigit():
+            after_seq = max(after_seq, int(last_event_id))
+        await ops.require_task(engine, task_id)
+        stream = ops.follow_events(engine, task_id, after_seq=after_seq, stopping=stop,
+                                   keepalive=SSE_KEEPALIVE)
+        return StreamingResponse(_sse(stream), media_type="text/event-stream",
+                                 headers={"Cache-Control": "no-cache",
+                                          "X-Accel-Buffering": "no"})
+
+    @app.post("/v1/tasks/{task_id}/nodes/{node_id}/decision", tags=["gates"])
+    async def decide(task_id: str, node_id: str, body: DecisionBody,
+                     who: Approver) -> dict[str, Any]:
+        """Approve or reject a paused human gate (recorded with the token's name)."""
+        result = await engine.decide(task_id, node_id, decision=body.decision, by=who.name,
+                                     comment=body.comment)
+        snap, node_type = await ops.node_snapshot(engine, task_id, node_id)
+        return {"result": result, "node": ops.node_json(snap, node_type)}
+
+    @app.post("/v1/tasks/{task_id}/cancel", tags=["tasks"])
+    async def cancel(task_id: str, who: Admin,
+                     body: CancelBody | None = None) -> dict[str, Any]:
+        """Cancel every node not yet final."""
+        reason = body.reason if body else ""
+        by = f"{who.name} ({reason})" if reason else who.name
+        result = await engine.cancel(task_id, by=by)
+        return {"result": result, "task": ops.task_json(await ops.require_task(engine, task_id))}
+
+    @app.post("/v1/tasks/{task_id}/retry", tags=["tasks"])
+    async def retry(task_id: str, body: RetryBody, who: Admin) -> dict[str, Any]:
+        """Re-run a node and everything after it."""
+        override = body.input if "input" in body.model_fields_set else None
+        result = await engine.retry(task_id, body.from_node, input_override=override,
+                                    by=who.name)
+        return {"result": result, "task": ops.task_json(await ops.require_task(engine, task_id))}
+
+    @app.post("/v1/dags/validate", tags=["dags"])
+    async def validate(body: ValidateBody, who: Submitter) -> dict[str, Any]:
+        """Validate a DAG without storing it."""
+        dag, problems = ops.validate_dag(mapping=body.dag, yaml_text=body.dag_yaml,
+                                         file=body.file)
+        return {"valid": dag is not None, "problems": [problem_json(p) for p in problems],
+                "hash": dag.hash if dag else None, "name": dag.name if dag else None}
+
+    @app.get("/v1/dags/{dag_hash}", tags=["dags"])
+    async def get_dag(dag_hash: str, who: Reader) -> dict[str, Any]:
+        """A stored DAG by content hash."""
+        return ops.dag_json(await engine.get_dag(dag_hash))
+
+    return app
+
+
+async def _sse(stream: AsyncGenerator[Any, None]) -> AsyncIterator[bytes]:
+    try:
+        async for item in stream:
+            if item is None:
+                yield b": keepalive\n\n"
+            elif isinstance(item, ops.WatchEnd):
+                data = json.dumps({"task_id": item.task_id, "status": item.status})
+                yield f"event: end\ndata: {data}\n\n".encode()
+            else:
+                yield f"id: {item.seq}\ndata: {json.dumps(ops.event_json(item))}\n\n".encode()
+    except AxError as exc:
+        # Headers are gone already: tell the client in the stream, then end it.
+        yield f"event: error\ndata: {json.dumps(error_body(exc))}\n\n".encode()
+    finally:
+        await stream.aclose()

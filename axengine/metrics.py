@@ -1,0 +1,235 @@
+"""Prometheus metrics of an ax process (DESIGN §5), one registry per process.
+
+Where each metric comes from:
+
+- ``ax_snapshot_write_seconds``: :class:`TimedStore`, a thin wrapper around the state
+  store that times every ``txn`` the engine makes (installed by :meth:`AxMetrics.attach`).
+- ``ax_node_outcomes_total``, ``ax_lease_expiries_total``, ``ax_retries_exhausted_total``,
+  ``ax_tasks_finished_total``: the engine's commit listener. Events carry their kind but
+  not the node type, and listeners are synchronous, so the listener only records
+  ``(dag hash, events)``; :meth:`AxMetrics.drain` resolves node types through the
+  engine's DAG cache later (on every scrape and periodically by the server).
+  ``stale`` and ``already-done`` answers write nothing, hence no event: the adapters
+  that call ``complete`` report them with :meth:`AxMetrics.complete_answer`.
+- ``ax_queue_depth`` and ``ax_oldest_waiting_seconds``: read from the queue and the store
+  on every scrape (:meth:`AxMetrics.refresh`), so they are right across replicas.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from axengine import codec
+from axengine.records import Event, NodeState, TaskRecord
+from axengine.store import Compare, KeyValue, Op, StateStore, TxnResult, WatchEvent
+
+__all__ = ["CONTENT_TYPE_LATEST", "AxMetrics", "TimedStore"]
+
+log = logging.getLogger("axengine.metrics")
+
+#: Listener records kept until the next drain; older ones are dropped (and counted).
+MAX_PENDING = 100_000
+#: Unfinished tasks read per scrape to find the oldest WAITING node.
+OLDEST_WAITING_SCAN = 5_000
+#: Buckets of the store write latency (seconds): etcd commits take milliseconds.
+WRITE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+                 2.5, 5.0)
+
+#: Task events that mean the task reached a final status.
+_FINAL_TASK_EVENTS = {"task_succeeded", "task_failed", "task_dead", "task_cancelled"}
+
+
+@dataclass(frozen=True)
+class _Pending:
+    dag_hash: str
+    task_id: str
+    events: tuple[Event, ...] = ()
+    answer: tuple[str, str] | None = None  # (node_id, complete answer)
+
+
+class TimedStore:
+    """A :class:`StateStore` that times ``txn`` into a histogram and delegates the rest."""
+
+    def __init__(self, inner: StateStore, histogram: Histogram) -> None:
+        self.inner = inner
+        self._histogram = histogram
+
+    async def get(self, key: str) -> KeyValue | None:
+        return await self.inner.get(key)
+
+    async def get_many(self, keys: Sequence[str]) -> dict[str, KeyValue]:
+        return await self.inner.get_many(keys)
+
+    async def range(self, prefix: str, *, start_after: str | None = None,
+                    limit: int = 0) -> list[KeyValue]:
+        return await self.inner.range(prefix, start_after=start_after, limit=limit)
+
+    async def txn(self, compares: Sequence[Compare], success: Sequence[Op],
+                  failure: Sequence[Op] = ()) -> TxnResult:
+        started = time.perf_counter()
+        result = "error"
+        try:
+            answer = await self.inner.txn(compares, success, failure)
+            result = "committed" if answer.succeeded else "conflict"
+            return answer
+        finally:
+            self._histogram.labels(result).observe(time.perf_counter() - started)
+
+    async def revision(self) -> int:
+        return await self.inner.revision()
+
+    def watch(self, prefix: str, *, start_revision: int = 0) -> AsyncIterator[WatchEvent]:
+        return self.inner.watch(prefix, start_revision=start_revision)
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+class AxMetrics:
+    """The metrics of one process, in their own :class:`CollectorRegistry`.
+
+    Args:
+        registry: Registry to register in (default: a new one).
+        max_pending: Listener records kept between drains.
+    """
+
+    def __init__(self, *, registry: CollectorRegistry | None = None,
+                 max_pending: int = MAX_PENDING) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.write_seconds = Histogram(
+            "ax_snapshot_write_seconds", "Latency of state store transactions",
+            ["result"], buckets=WRITE_BUCKETS, registry=r)
+        self.queue_depth = Gauge("ax_queue_depth", "Items waiting per lane", ["lane"],
+                                 registry=r)
+        self.oldest_waiting = Gauge("ax_oldest_waiting_seconds",
+                                    "Age of the oldest due WAITING node", registry=r)
+        self.node_outcomes = Counter("ax_node_outcomes_total", "Attempt outcomes",
+                                     ["node_type", "outcome"], registry=r)
+        self.lease_expiries = Counter("ax_lease_expiries_total",
+                                      "Leases that expired (owner fenced out)", registry=r)
+        self.retries_exhausted = Counter("ax_retries_exhausted_total",
+                                         "Nodes that went DEAD", ["node_type"], registry=r)
+        self.tasks_finished = Counter("ax_tasks_finished_total",
+                                      "Tasks reaching a final status", ["status"], registry=r)
+        self.requests = Counter("ax_api_requests_total", "REST requests",
+                                ["method", "route", "code"], registry=r)
+        self.dropped = Counter("ax_metrics_dropped_total",
+                               "Listener records dropped before a drain", registry=r)
+        self._pending: deque[_Pending] = deque()
+        self._max_pending = max_pending
+        self.lanes: set[str] = {"default", "fast"}
+
+    # ------------------------------------------------------------------ feeding
+
+    def attach(self, engine: Any) -> None:
+        """Time ``engine.store`` transactions and listen to its commits."""
+        if not isinstance(engine.store, TimedStore):
+            engine.store = TimedStore(engine.store, self.write_seconds)
+        engine.add_listener(self.on_commit)
+
+    def _push(self, item: _Pending) -> None:
+        if len(self._pending) >= self._max_pending:
+            self._pending.popleft()
+            self.dropped.inc()
+        self._pending.append(item)
+
+    def on_commit(self, task: TaskRecord, events: Sequence[Event]) -> None:
+        """Engine listener: remember the events; node types are resolved at drain."""
+        if events:
+            self._push(_Pending(task.dag_hash, task.task_id, tuple(events)))
+
+    def complete_answer(self, task_id: str, node_id: str, answer: str) -> None:
+        """Record a ``complete`` answer that wrote nothing (``stale``, ``already-done``)."""
+        if answer in ("stale", "already-done"):
+            self._push(_Pending("", task_id, answer=(node_id, answer)))
+
+    def track_lanes(self, lanes: Iterable[str]) -> None:
+        """Lanes whose depth is reported (``default`` and ``fast`` always are)."""
+        self.lanes.update(lanes)
+
+    # ------------------------------------------------------------------ collecting
+
+    async def drain(self, engine: Any) -> int:
+        """Turn the recorded events into counter increments; returns how many records."""
+        count = 0
+        while self._pending:
+            item = self._pending.popleft()
+            count += 1
+            try:
+                types = await self._node_types(engine, item)
+            except Exception:  # a DAG we cannot read must not stop the metrics
+                log.warning("metrics: cannot resolve the DAG of task %s", item.task_id,
+                            exc_info=True)
+                types = {}
+            if item.answer is not None:
+                node_id, answer = item.answer
+                outcome = answer.replace("-", "_")
+                self.node_outcomes.labels(types.get(node_id, "unknown"), outcome).inc()
+            for event in item.events:
+                self._count(event, types.get(event.node_id, "unknown"))
+        return count
+
+    async def _node_types(self, engine: Any, item: _Pending) -> dict[str, str]:
+        dag_hash = item.dag_hash
+        if not dag_hash:
+            kv = await engine.store.get(engine.keys.task(item.task_id))
+            if kv is None:
+                return {}
+            dag_hash = codec.decode_task(kv.value).dag_hash
+        dag = await engine.get_dag(dag_hash)
+        self.lanes.update(node.lane for node in dag.nodes.values())
+        return {nid: node.type for nid, node in dag.nodes.items()}
+
+    def _count(self, event: Event, node_type: str) -> None:
+        kind = event.kind
+        if kind in ("committed", "decided"):
+            self.node_outcomes.labels(node_type, "committed").inc()
+        elif kind == "unavailable":
+            self.node_outcomes.labels(node_type, "unavailable").inc()
+        elif kind in ("retry", "failed", "dead"):
+            timed_out = "timed out" in event.detail
+            self.node_outcomes.labels(node_type, "timeout" if timed_out else "failed").inc()
+            if kind == "dead":
+                self.retries_exhausted.labels(node_type).inc()
+        elif kind == "lease_expired":
+            self.lease_expiries.inc()
+        elif kind in _FINAL_TASK_EVENTS:
+            self.tasks_finished.labels(event.state).inc()
+
+    async def refresh(self, engine: Any) -> None:
+        """Read the queue depth per lane and the oldest due WAITING node."""
+        for lane in sorted(self.lanes):
+            self.queue_depth.labels(lane).set(await engine.queue.depth(lane))
+        now = engine.clock()
+        oldest = 0.0
+        scanned = 0
+        for kv in await engine.store.range(engine.keys.tasks()):
+            task = codec.decode_task(kv.value)
+            if task.status.final or not task.counts.get("ACTIVE"):
+                continue
+            scanned += 1
+            if scanned > OLDEST_WAITING_SCAN:
+                break
+            for skv in await engine.store.range(engine.keys.snapshots(task.task_id)):
+                snap = codec.decode_snapshot(skv.value)
+                if snap.state is NodeState.WAITING and snap.not_before <= now and snap.ready_at:
+                    oldest = max(oldest, now - snap.ready_at)
+        self.oldest_waiting.set(oldest)
+
+    async def render(self, engine: Any) -> bytes:
+        """Drain, refresh (a failing backend leaves the gauges as they were) and return
+        the Prometheus text exposition."""
+        await self.drain(engine)
+        with contextlib.suppress(Exception):
+            await self.refresh(engine)
+        return bytes(generate_latest(self.registry))
