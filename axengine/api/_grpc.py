@@ -1,0 +1,348 @@
+"""The gRPC adapter (grpc.aio): ``ax.v1.AxService`` and ``ax.v1.ExecutorService``.
+
+Each RPC authenticates the ``authorization: Bearer <token>`` metadata, checks the role
+of its operation (:data:`axengine.api._auth.RULES`), calls the engine (through
+:mod:`axengine.api._ops` for what REST shares) and answers with the messages of
+``proto/ax/v1/ax.proto``. Errors leave through the one table of
+:mod:`axengine.api._errors`; control-flow answers (stale, already-done, not claimable,
+an idempotent repeat) are fields of the reply, never status codes.
+
+Records are converted to messages through :mod:`axengine.codec` (encode, then parse as
+the message), so the field mapping exists once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import importlib
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
+
+from axengine import codec
+from axengine.api import _ops as ops
+from axengine.api._auth import ANONYMOUS, Authenticator, Principal
+from axengine.api._errors import public_message, status_of
+from axengine.engine import Engine, Snapshot, TaskRecord
+from axengine.errors import InputError
+from axengine.metrics import AxMetrics
+from axengine.records import BlobRef, Event, NodeState
+from executors.contract import Failure, Outcome, Success, Unavailable
+
+__all__ = ["AxServicer", "ExecutorServicer", "add_services"]
+
+log = logging.getLogger("axengine.api.grpc")
+
+# Loaded dynamically: the generated modules are untyped for mypy (see codec.py).
+pb: Any = importlib.import_module("proto.ax.v1.ax_pb2")
+pb_grpc: Any = importlib.import_module("proto.ax.v1.ax_pb2_grpc")
+
+_EFFECT_STATES = {"NEW": pb.EFFECT_STATE_NEW, "SENDING": pb.EFFECT_STATE_SENDING,
+                  "DONE": pb.EFFECT_STATE_DONE, "UNKNOWN": pb.EFFECT_STATE_UNKNOWN}
+_COMPLETE = {"committed": pb.COMPLETE_RESULT_COMMITTED, "stale": pb.COMPLETE_RESULT_STALE,
+             "already-done": pb.COMPLETE_RESULT_ALREADY_DONE}
+_DECISIONS = {pb.DECISION_APPROVE: "approve", pb.DECISION_REJECT: "reject"}
+
+R = TypeVar("R")
+Handler = Callable[[Any, Any, Any, Principal], Awaitable[Any]]
+
+
+def task_pb(task: TaskRecord) -> Any:
+    return pb.Task.FromString(codec.encode_task(task))
+
+
+def snapshot_pb(snap: Snapshot) -> Any:
+    return pb.TaskSnapshot.FromString(codec.encode_snapshot(snap))
+
+
+def event_pb(event: Event) -> Any:
+    return pb.Event.FromString(codec.encode_event(event))
+
+
+def _metadata(context: Any, name: str) -> str | None:
+    for key, value in context.invocation_metadata() or ():
+        if key.lower() == name:
+            return str(value)
+    return None
+
+
+class _Base:
+    def __init__(self, *, engine: Engine, auth: Authenticator | None, metrics: AxMetrics,
+                 stopping: asyncio.Event) -> None:
+        self.engine = engine
+        self.auth = auth
+        self.metrics = metrics
+        self.stopping = stopping
+
+    def authorize(self, context: Any, rule: str) -> Principal:
+        if self.auth is None:
+            return Authenticator.check(ANONYMOUS, rule)
+        return self.auth.authorize(_metadata(context, "authorization"), rule)
+
+
+async def _abort(context: Any, exc: Exception, state_conflict: bool) -> None:
+    status = status_of(exc)
+    if status.http >= 500 and status.http != 503:
+        log.error("gRPC call failed", exc_info=exc)
+    code = status.grpc_state_conflict if state_conflict else status.grpc
+    await context.abort(code, public_message(exc))
+
+
+def rpc(rule: str, *, state_conflict: bool = False) -> Callable[[Handler], Any]:
+    """A unary RPC: authorize for ``rule``, run, map errors through the table."""
+
+    def wrap(fn: Handler) -> Any:
+        @functools.wraps(fn)
+        async def method(self: _Base, request: Any, context: Any) -> Any:
+            try:
+                principal = self.authorize(context, rule)
+                return await fn(self, request, context, principal)
+            except Exception as exc:
+                await _abort(context, exc, state_conflict)
+                raise  # not reached: abort raises
+
+        return method
+
+    return wrap
+
+
+class AxServicer(_Base):
+    """``ax.v1.AxService``: the client operations."""
+
+    @rpc("submit", state_conflict=False)
+    async def SubmitTask(self, request: Any, context: Any, who: Principal) -> Any:
+        source = request.WhichOneof("dag")
+        if source is None:
+            raise InputError("give dag_yaml or dag_hash")
+        dag = await ops.load_request_dag(
+            self.engine, yaml_text=request.dag_yaml if source == "dag_yaml" else None,
+            dag_hash=request.dag_hash if source == "dag_hash" else None)
+        if request.deadline_seconds < 0:
+            raise InputError("deadline_seconds must not be negative")
+        task_input = ops.parse_json_text(request.input_json, "input_json", empty={})
+        result = await ops.submit_task(
+            self.engine, dag, task_input, idempotency_key=request.idempotency_key,
+            labels=dict(request.labels), priority=request.priority,
+            deadline_seconds=request.deadline_seconds or None)
+        self.metrics.track_lanes(node.lane for node in dag.nodes.values())
+        task = await ops.require_task(self.engine, result.task_id)
+        return pb.SubmitTaskReply(task=task_pb(task), created=result.created)
+
+    @rpc("read")
+    async def GetTask(self, request: Any, context: Any, who: Principal) -> Any:
+        view = await self.engine.get_task(request.task_id)
+        snaps = [snapshot_pb(ops.resolve_input(self.engine, view.snapshots[nid]))
+                 for nid in sorted(view.snapshots)]
+        return pb.GetTaskReply(task=task_pb(view.task), snapshots=snaps)
+
+    @rpc("read")
+    async def ListTasks(self, request: Any, context: Any, who: Principal) -> Any:
+        statuses = [pb.TaskStatus.Name(s).removeprefix("TASK_STATUS_")
+                    for s in request.statuses if s != pb.TASK_STATUS_UNSPECIFIED]
+        tasks, token = await ops.list_page(
+            self.engine, statuses=statuses, dag_name=request.dag_name,
+            selector=ops.parse_label_selector(request.label_selector),
+            limit=request.page_size or ops.DEFAULT_PAGE, page_token=request.page_token)
+        return pb.ListTasksReply(tasks=[task_pb(t) for t in tasks],
+                                 next_page_token=token or "")
+
+    @rpc("read")
+    async def GetEvents(self, request: Any, context: Any, who: Principal) -> Any:
+        events, last = await ops.events_page(
+            self.engine, request.task_id, after_seq=request.after_seq,
+            limit=request.limit or ops.DEFAULT_EVENTS)
+        return pb.GetEventsReply(events=[event_pb(e) for e in events], last_seq=last)
+
+    async def WatchTask(self, request: Any, context: Any) -> AsyncIterator[Any]:
+        try:
+            self.authorize(context, "read")
+            await ops.require_task(self.engine, request.task_id)
+        except Exception as exc:
+            await _abort(context, exc, False)
+            return
+        stream = ops.follow_events(self.engine, request.task_id,
+                                   after_seq=request.after_seq, stopping=self.stopping)
+        try:
+            async for item in stream:
+                if isinstance(item, ops.WatchEnd):
+                    return
+                if item is not None:
+                    yield event_pb(item)
+        except Exception as exc:
+            await _abort(context, exc, False)
+        finally:
+            await stream.aclose()
+
+    @rpc("approve", state_conflict=True)
+    async def Decide(self, request: Any, context: Any, who: Principal) -> Any:
+        decision = _DECISIONS.get(request.decision)
+        if decision is None:
+            raise InputError("decision must be DECISION_APPROVE or DECISION_REJECT")
+        by = who.name if self.auth is not None or not request.by else request.by
+        result = await self.engine.decide(request.task_id, request.node_id,
+                                          decision=decision, by=by, comment=request.comment)
+        snap, _ = await ops.node_snapshot(self.engine, request.task_id, request.node_id)
+        return pb.DecideReply(snapshot=snapshot_pb(snap), repeated=result == "already-done")
+
+    @rpc("admin", state_conflict=True)
+    async def CancelTask(self, request: Any, context: Any, who: Principal) -> Any:
+        by = f"{who.name} ({request.reason})" if request.reason else who.name
+        await self.engine.cancel(request.task_id, by=by)
+        return pb.CancelTaskReply(task=task_pb(await ops.require_task(self.engine,
+                                                                      request.task_id)))
+
+    @rpc("admin", state_conflict=True)
+    async def RetryTask(self, request: Any, context: Any, who: Principal) -> Any:
+        if not request.from_node:
+            raise InputError("from_node is required")
+        override = ops.parse_json_text(request.input_json, "input_json", empty=None)
+        await self.engine.retry(request.task_id, request.from_node, input_override=override,
+                                by=who.name)
+        return pb.RetryTaskReply(task=task_pb(await ops.require_task(self.engine,
+                                                                     request.task_id)))
+
+    @rpc("submit")
+    async def ValidateDag(self, request: Any, context: Any, who: Principal) -> Any:
+        dag, problems = ops.validate_dag(yaml_text=request.dag_yaml,
+                                         file=request.file_name or "<string>")
+        return pb.ValidateDagReply(
+            ok=dag is not None, dag_hash=dag.hash if dag else "",
+            dag_name=dag.name if dag else "",
+            problems=[pb.DagProblem(message=p.message, file=p.file, line=p.line,
+                                    node=p.node or "", field=p.field or "",
+                                    hint=p.hint or "", code=p.code) for p in problems])
+
+
+class ExecutorServicer(_Base):
+    """``ax.v1.ExecutorService``: the worker operations, fenced."""
+
+    async def _holds(self, task_id: str, node_id: str, fence: int) -> bool:
+        """Whether ``fence`` is the node's current fence under a live lease (0: not
+        checked). A read, not a transition: the effect outbox has its own atomicity."""
+        if not fence:
+            return True
+        kv = await self.engine.store.get(self.engine.keys.snapshot(task_id, node_id))
+        if kv is None:
+            return False
+        snap = codec.decode_snapshot(kv.value)
+        return (snap.state is NodeState.RUNNING and snap.fence == fence
+                and self.engine.clock() <= snap.lease_until)
+
+    @rpc("executor")
+    async def Claim(self, request: Any, context: Any, who: Principal) -> Any:
+        if not request.worker_id:
+            raise InputError("worker_id is required")
+        claim = await self.engine.claim(request.task_id, request.node_id,
+                                        worker=request.worker_id,
+                                        lease_seconds=request.lease_seconds or None)
+        if claim.result == "claimed":
+            req = claim.request
+            assert req is not None
+            return pb.ClaimReply(
+                result=pb.CLAIM_RESULT_CLAIMED, fence=req.fence, attempt=req.attempt,
+                node_type=req.node_type, config_json=codec.canonical_json(dict(req.config)),
+                input_json=codec.canonical_json(req.input), labels=dict(req.labels),
+                input_revision=req.input_revision, lease_until=claim.lease_until)
+        if claim.result == "dead":
+            return pb.ClaimReply(result=pb.CLAIM_RESULT_DEAD, reason=claim.reason)
+        if claim.reason == "backoff":
+            return pb.ClaimReply(result=pb.CLAIM_RESULT_NOT_YET, reason=claim.reason,
+                                 not_before=self.engine.clock() + claim.retry_after)
+        return pb.ClaimReply(result=pb.CLAIM_RESULT_NOT_CLAIMABLE, reason=claim.reason)
+
+    def _lease(self, seconds: float) -> float:
+        return seconds or self.engine.config.lease_seconds
+
+    @rpc("executor")
+    async def Heartbeat(self, request: Any, context: Any, who: Principal) -> Any:
+        lease = self._lease(request.lease_seconds)
+        answer = await self.engine.heartbeat(request.task_id, request.node_id,
+                                             fence=request.fence, lease_seconds=lease)
+        if answer != "ok":
+            return pb.HeartbeatReply(result=pb.LEASE_RESULT_STALE)
+        return pb.HeartbeatReply(result=pb.LEASE_RESULT_OK,
+                                 lease_until=self.engine.clock() + lease)
+
+    @rpc("executor")
+    async def Progress(self, request: Any, context: Any, who: Principal) -> Any:
+        answer = await self.engine.progress(request.task_id, request.node_id,
+                                            fence=request.fence, marker=request.marker)
+        if answer != "ok":
+            return pb.ProgressReply(result=pb.LEASE_RESULT_STALE)
+        return pb.ProgressReply(result=pb.LEASE_RESULT_OK, progress_at=self.engine.clock())
+
+    def _outcome(self, request: Any) -> Outcome:
+        which = request.WhichOneof("outcome")
+        if which == "success":
+            success = request.success
+            if success.HasField("output_ref"):
+                ref = success.output_ref
+                blob = self.engine.blobs.get(BlobRef(ref.uri, ref.sha256, ref.size))
+                return Success(json.loads(blob))
+            return Success(ops.parse_json_text(success.output_json, "output_json"))
+        if which == "failure":
+            failure = request.failure
+            details = ops.parse_json_text(failure.details_json, "details_json", empty={})
+            if not isinstance(details, dict):
+                raise InputError("details_json must be a JSON object")
+            return Failure(failure.message, retryable=failure.retryable, details=details)
+        if which == "unavailable":
+            return Unavailable(request.unavailable.dependency, request.unavailable.evidence)
+        raise InputError("give an outcome: success, failure or unavailable")
+
+    @rpc("executor")
+    async def Complete(self, request: Any, context: Any, who: Principal) -> Any:
+        outcome = self._outcome(request)
+        answer = await self.engine.complete(request.task_id, request.node_id,
+                                            fence=request.fence, outcome=outcome)
+        self.metrics.complete_answer(request.task_id, request.node_id, answer)
+        snap, _ = await ops.node_snapshot(self.engine, request.task_id, request.node_id)
+        return pb.CompleteReply(result=_COMPLETE[answer], snapshot=snapshot_pb(snap))
+
+    @rpc("executor")
+    async def EffectBegin(self, request: Any, context: Any, who: Principal) -> Any:
+        if not request.key:
+            raise InputError("key is required")
+        if not await self._holds(request.task_id, request.node_id, request.fence):
+            return pb.EffectBeginReply(lease=pb.LEASE_RESULT_STALE)
+        previous = await self.engine.effect_begin(request.key, task_id=request.task_id,
+                                                  node_id=request.node_id)
+        result_json = ""
+        if previous == "DONE":
+            record = await self.engine.effect_get(request.key)
+            if record is not None and record.result is not None:
+                result_json = codec.canonical_json(dict(record.result))
+        return pb.EffectBeginReply(lease=pb.LEASE_RESULT_OK,
+                                   previous=_EFFECT_STATES[previous], result_json=result_json)
+
+    @rpc("executor")
+    async def EffectDone(self, request: Any, context: Any, who: Principal) -> Any:
+        if not await self._holds(request.task_id, request.node_id, request.fence):
+            return pb.EffectDoneReply(lease=pb.LEASE_RESULT_STALE)
+        result = ops.parse_json_text(request.result_json, "result_json", empty={})
+        if not isinstance(result, dict):
+            raise InputError("result_json must be a JSON object")
+        await self.engine.effect_done(request.key, result)
+        return pb.EffectDoneReply(lease=pb.LEASE_RESULT_OK,
+                                  record=await self._effect(request.key))
+
+    @rpc("executor")
+    async def EffectGet(self, request: Any, context: Any, who: Principal) -> Any:
+        return await self._effect(request.key)
+
+    async def _effect(self, key: str) -> Any:
+        record = await self.engine.effect_get(key)
+        if record is None:
+            return pb.EffectRecord(key=key, state=pb.EFFECT_STATE_NEW)
+        return pb.EffectRecord.FromString(codec.encode_effect(record))
+
+
+def add_services(server: Any, *, engine: Engine, auth: Authenticator | None,
+                 metrics: AxMetrics, stopping: asyncio.Event) -> None:
+    """Register both services on a ``grpc.aio`` server."""
+    common: dict[str, Any] = {"engine": engine, "auth": auth, "metrics": metrics,
+                              "stopping": stopping}
+    pb_grpc.add_AxServiceServicer_to_server(AxServicer(**common), server)
+    pb_grpc.add_ExecutorServiceServicer_to_server(ExecutorServicer(**common), server)

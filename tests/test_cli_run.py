@@ -1,0 +1,89 @@
+"""``ax run``, ``ax approve``, ``ax tasks``, ``ax retry``: exit codes and messages."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from axengine.cli import main as ax
+
+ROOT = Path(__file__).resolve().parents[1]
+DAG = str(ROOT / "dags" / "financial_risk_assessment.yaml")
+GLOBEX = json.dumps({"pdf_url": str(ROOT / "dags/inputs/globex_annual_report.pdf")})
+ACME = json.dumps({"pdf_url": str(ROOT / "dags/inputs/acme_annual_report.pdf")})
+
+
+def test_run_prints_progress_and_path(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert ax(["run", DAG, "--input", ACME, "--home", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "parse_pdf" in out and "claimed #1" in out
+    assert ("path: parse_pdf -> extract_metrics -> assess_risk -> send_medium_risk_email"
+            " -> log_completion") in out
+    assert "SUCCEEDED" in out
+
+
+def test_gate_stops_with_exit_3_then_approve_and_resume(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    home = str(tmp_path)
+    assert ax(["run", DAG, "--input", GLOBEX, "--home", home, "--json"]) == 3
+    captured = capsys.readouterr()
+    result = json.loads(captured.out)
+    task = result["task_id"]
+    assert result["status"] == "PAUSED" and result["waiting"] == ["send_high_risk_email"]
+    assert f"ax approve {task} send_high_risk_email" in captured.err
+    assert f"ax run --resume {task}" in captured.err
+
+    assert ax(["approve", task, "send_high_risk_email", "-m", "ok", "--by", "carol",
+               "--home", home]) == 0
+    assert "approved by carol" in capsys.readouterr().out
+    # A second, conflicting decision is refused and changes nothing.
+    assert ax(["reject", task, "send_high_risk_email", "--home", home]) == 1
+    assert "already decided" in capsys.readouterr().err
+
+    assert ax(["run", "--resume", task, "--home", home, "--json"]) == 0
+    done = json.loads(capsys.readouterr().out)
+    assert done["path"][-2:] == ["notify_high_risk", "log_completion"]
+
+    assert ax(["tasks", "show", task, "--home", home]) == 0
+    shown = capsys.readouterr().out
+    assert "decided" in shown and "approve by carol: ok" in shown
+
+
+def test_decide_up_front(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert ax(["run", DAG, "--input", GLOBEX, "--home", str(tmp_path), "--json",
+               "--decide", "send_high_risk_email=reject"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["states"]["notify_high_risk"] == "SKIPPED"
+    assert result["path"][-1] == "log_completion"
+
+
+def test_bad_input_and_bad_dag_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert ax(["run", DAG, "--input", "{not json", "--home", str(tmp_path)]) == 2
+    assert "not valid JSON" in capsys.readouterr().err
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nnodes:\n  a:\n    type: tool_call\n    tool: echo\n    next: nope\n")
+    assert ax(["run", str(bad), "--home", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{bad}:6:" in err and "nope" in err
+    assert ax(["tasks", "list", "--home", str(tmp_path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == []  # nothing was stored
+
+
+def test_failed_run_exits_1_and_retry_from_node(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    home = str(tmp_path)
+    missing = json.dumps({"pdf_url": str(tmp_path / "missing.pdf")})
+    # A missing PDF is a business result: the DAG routes it to send_alert and succeeds.
+    assert ax(["run", DAG, "--input", missing, "--home", home, "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert "send_alert" in result["path"]
+    task = result["task_id"]
+    assert ax(["retry", task, "--from", "nope", "--home", home]) == 1
+    assert "no node 'nope'" in capsys.readouterr().err
+    assert ax(["retry", task, "--from", "send_alert", "--home", home]) == 0
+    assert ax(["run", "--resume", task, "--home", home, "--json"]) == 0
+    again = json.loads(capsys.readouterr().out.split("\n", 1)[1])
+    assert again["status"] == "SUCCEEDED"
+    assert again["path"].count("parse_pdf") == 1  # earlier committed nodes untouched
