@@ -210,6 +210,8 @@ def encode_snapshot(s: Snapshot) -> bytes:
         paused_seconds=s.paused_seconds,
         gate_until=s.gate_until,
         decision_json=_json_or_empty(s.decision),
+        preds_left=s.preds_left,
+        reached=s.reached,
         last_updated_unix=s.last_updated,
     )
     t = s.last_updated
@@ -273,6 +275,8 @@ def decode_snapshot(data: bytes) -> Snapshot:
         paused_seconds=m.paused_seconds,
         gate_until=m.gate_until,
         decision=_json_object_or_none(m.decision_json, "decision_json"),
+        preds_left=m.preds_left,
+        reached=m.reached,
         last_updated=last_updated,
     )
 

@@ -19,6 +19,7 @@ from typing import Any
 from axengine import codec
 from axengine.dag import Dag
 from axengine.engine import Engine, NodeState, Snapshot, TaskRecord, TaskStatus
+from axengine.engine._rules import DECIDED_STATES, category, derive_status
 from axengine.errors import Conflict, InputError
 from axengine.records import BlobRef, Event, NextHop
 from axengine.store import Mod, Op, Put
@@ -90,10 +91,19 @@ async def restore_task(engine: Engine, fixture: Mapping[str, Any]) -> str:
     keys = engine.keys
     ops: list[Op] = []
     counts: dict[str, int] = {}
-    from axengine.engine._rules import category, derive_status
 
-    for raw in fixture["snapshots"]:
-        snap = _snapshot(raw)
+    snaps = {raw["node_id"]: _snapshot(raw) for raw in fixture["snapshots"]}
+    for snap in list(snaps.values()):
+        if snap.state is NodeState.PENDING:
+            # Recount the join bookkeeping from the predecessors' recorded decisions, so
+            # fixtures from any version restore the same way.
+            preds = [snaps[p] for p in dag.predecessors[snap.node_id]]
+            decided = [p for p in preds if p.state in DECIDED_STATES]
+            snaps[snap.node_id] = replace(
+                snap, preds_left=len(preds) - len(decided),
+                reached=any(h.target_node_id == snap.node_id and h.is_taken
+                            for p in decided for h in p.next_hops))
+    for snap in snaps.values():
         if snap.state is NodeState.RUNNING:
             # The recorded owner is gone: void its lease as the reconciler would.
             snap = replace(snap, state=NodeState.WAITING, fence=snap.fence + 1, owner="",

@@ -116,6 +116,9 @@ class Snapshot:
         gate_until: ``human_gateway``: when the wait for a decision expires.
         decision: ``human_gateway``: {decision, by, at, comment} once decided.
         last_updated: Time of the last write.
+        preds_left: Predecessors whose outgoing edges are not decided yet; the node is
+            resolved (readied or skipped) when it reaches 0, in O(1) per decision.
+        reached: Whether a decided predecessor took an edge to this node.
     """
 
     task_id: str
@@ -147,6 +150,8 @@ class Snapshot:
     gate_until: float = 0.0
     decision: Mapping[str, Any] | None = None
     last_updated: float = 0.0
+    preds_left: int = 0
+    reached: bool = False
 
     @property
     def retry_count(self) -> int:

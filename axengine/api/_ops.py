@@ -231,7 +231,12 @@ async def events_page(engine: Engine, task_id: str, *, after_seq: int = 0,
     if not 1 <= limit <= MAX_PAGE * 10:
         raise InputError(f"limit must be between 1 and {MAX_PAGE * 10}")
     await require_task(engine, task_id)
-    events = [e for e in await engine.events(task_id) if e.seq > after_seq][:limit]
+    newer = [e for e in await engine.events(task_id) if e.seq > after_seq]
+    events = newer[:limit]
+    # Events of one transaction share their seq: never cut a transaction in two, or
+    # ``after_seq=last_seq`` would skip the rest of it.
+    while events and len(events) < len(newer) and newer[len(events)].seq == events[-1].seq:
+        events.append(newer[len(events)])
     return events, (events[-1].seq if events else after_seq)
 
 
@@ -256,7 +261,7 @@ async def follow_events(engine: Engine, task_id: str, *, after_seq: int = 0,
     silence so the caller can probe its connection.
 
     The store revision is read *before* the replay and the watch starts right after it,
-    so an event committed between the two is seen (twice at worst: seq dedupes).
+    so an event committed between the two is seen (twice at worst: the cursor dedupes).
 
     Raises:
         NotFound: The task does not exist (before anything is yielded).
@@ -264,10 +269,14 @@ async def follow_events(engine: Engine, task_id: str, *, after_seq: int = 0,
     store = engine.store
     start = await store.revision()
     await require_task(engine, task_id)
-    last = after_seq
+    # Events of one transaction share their seq (the commit revision): the cursor is
+    # the seq plus the ids already sent at that seq.
+    last, sent = after_seq, set[str]()
     for event in await engine.events(task_id):
-        if event.seq > last:
-            last = event.seq
+        if event.seq > after_seq:
+            if event.seq != last:
+                last, sent = event.seq, set()
+            sent.add(event.event_id)
             yield event
     task = await require_task(engine, task_id)
     if task.status.final:
@@ -310,9 +319,11 @@ async def follow_events(engine: Engine, task_id: str, *, after_seq: int = 0,
             get_task = None
             if isinstance(item, BaseException):
                 raise item
-            if item.seq <= last:
+            if item.seq < last or (item.seq == last and item.event_id in sent):
                 continue
-            last = item.seq
+            if item.seq != last:
+                last, sent = item.seq, set()
+            sent.add(item.event_id)
             yield item
             if item.kind in FINAL_EVENT_KINDS:
                 yield WatchEnd(task_id, item.state)

@@ -332,8 +332,10 @@ class Engine:
             updated_at=now,
         )
         view = View(dag=dag, task=task, task_rev=0, task_input=input, task_input_loaded=True)
+        preds = dag.predecessors
         for nid in dag.nodes:
-            view.snaps[nid] = Snapshot(task_id=task_id, node_id=nid, last_updated=now)
+            view.snaps[nid] = Snapshot(task_id=task_id, node_id=nid, last_updated=now,
+                                       preds_left=len(preds[nid]))
         plan = rules.plan_submit(view, now=now, ids=self._ids())
         compares = []
         extra: list[Op] = []

@@ -116,7 +116,7 @@ class BlobRef(_message.Message):
     def __init__(self, uri: _Optional[str] = ..., sha256: _Optional[str] = ..., size: _Optional[int] = ...) -> None: ...
 
 class TaskSnapshot(_message.Message):
-    __slots__ = ("task_id", "node_id", "status", "retry_count", "last_updated", "input_params", "output_json", "next_hops", "state", "attempt", "fence", "owner", "lease_until", "heartbeat_at", "progress_at", "progress_marker", "input_json", "input_ref", "input_revision", "output_ref", "output_sha256", "error", "error_retryable", "evidence", "ready_at", "not_before", "started_at", "finished_at", "paused_at", "paused_seconds", "gate_until", "decision_json", "last_updated_unix")
+    __slots__ = ("task_id", "node_id", "status", "retry_count", "last_updated", "input_params", "output_json", "next_hops", "state", "attempt", "fence", "owner", "lease_until", "heartbeat_at", "progress_at", "progress_marker", "input_json", "input_ref", "input_revision", "output_ref", "output_sha256", "error", "error_retryable", "evidence", "ready_at", "not_before", "started_at", "finished_at", "paused_at", "paused_seconds", "gate_until", "decision_json", "last_updated_unix", "preds_left", "reached")
     class InputParamsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -164,6 +164,8 @@ class TaskSnapshot(_message.Message):
     GATE_UNTIL_FIELD_NUMBER: _ClassVar[int]
     DECISION_JSON_FIELD_NUMBER: _ClassVar[int]
     LAST_UPDATED_UNIX_FIELD_NUMBER: _ClassVar[int]
+    PREDS_LEFT_FIELD_NUMBER: _ClassVar[int]
+    REACHED_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     node_id: str
     status: str
@@ -197,7 +199,9 @@ class TaskSnapshot(_message.Message):
     gate_until: float
     decision_json: str
     last_updated_unix: float
-    def __init__(self, task_id: _Optional[str] = ..., node_id: _Optional[str] = ..., status: _Optional[str] = ..., retry_count: _Optional[int] = ..., last_updated: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., input_params: _Optional[_Mapping[str, str]] = ..., output_json: _Optional[str] = ..., next_hops: _Optional[_Iterable[_Union[TaskSnapshot.NextHop, _Mapping]]] = ..., state: _Optional[_Union[NodeState, str]] = ..., attempt: _Optional[int] = ..., fence: _Optional[int] = ..., owner: _Optional[str] = ..., lease_until: _Optional[float] = ..., heartbeat_at: _Optional[float] = ..., progress_at: _Optional[float] = ..., progress_marker: _Optional[str] = ..., input_json: _Optional[str] = ..., input_ref: _Optional[_Union[BlobRef, _Mapping]] = ..., input_revision: _Optional[str] = ..., output_ref: _Optional[_Union[BlobRef, _Mapping]] = ..., output_sha256: _Optional[str] = ..., error: _Optional[str] = ..., error_retryable: _Optional[bool] = ..., evidence: _Optional[str] = ..., ready_at: _Optional[float] = ..., not_before: _Optional[float] = ..., started_at: _Optional[float] = ..., finished_at: _Optional[float] = ..., paused_at: _Optional[float] = ..., paused_seconds: _Optional[float] = ..., gate_until: _Optional[float] = ..., decision_json: _Optional[str] = ..., last_updated_unix: _Optional[float] = ...) -> None: ...
+    preds_left: int
+    reached: bool
+    def __init__(self, task_id: _Optional[str] = ..., node_id: _Optional[str] = ..., status: _Optional[str] = ..., retry_count: _Optional[int] = ..., last_updated: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., input_params: _Optional[_Mapping[str, str]] = ..., output_json: _Optional[str] = ..., next_hops: _Optional[_Iterable[_Union[TaskSnapshot.NextHop, _Mapping]]] = ..., state: _Optional[_Union[NodeState, str]] = ..., attempt: _Optional[int] = ..., fence: _Optional[int] = ..., owner: _Optional[str] = ..., lease_until: _Optional[float] = ..., heartbeat_at: _Optional[float] = ..., progress_at: _Optional[float] = ..., progress_marker: _Optional[str] = ..., input_json: _Optional[str] = ..., input_ref: _Optional[_Union[BlobRef, _Mapping]] = ..., input_revision: _Optional[str] = ..., output_ref: _Optional[_Union[BlobRef, _Mapping]] = ..., output_sha256: _Optional[str] = ..., error: _Optional[str] = ..., error_retryable: _Optional[bool] = ..., evidence: _Optional[str] = ..., ready_at: _Optional[float] = ..., not_before: _Optional[float] = ..., started_at: _Optional[float] = ..., finished_at: _Optional[float] = ..., paused_at: _Optional[float] = ..., paused_seconds: _Optional[float] = ..., gate_until: _Optional[float] = ..., decision_json: _Optional[str] = ..., last_updated_unix: _Optional[float] = ..., preds_left: _Optional[int] = ..., reached: _Optional[bool] = ...) -> None: ...
 
 class Task(_message.Message):
     __slots__ = ("task_id", "dag_hash", "dag_name", "input_json", "input_ref", "status", "priority", "deadline", "labels", "idempotency_key", "payload_sha256", "counts", "created_at", "updated_at", "finished_at")

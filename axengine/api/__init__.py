@@ -1,0 +1,50 @@
+"""The API server of ax: REST (FastAPI) and gRPC adapters over the engine.
+
+- :func:`create_app` builds the REST application (``/v1``, OpenAPI, health, metrics);
+- :func:`add_services` registers ``ax.v1.AxService`` and ``ax.v1.ExecutorService`` on a
+  ``grpc.aio`` server;
+- :class:`Authenticator` / :func:`load_tokens` check bearer tokens and roles;
+- :func:`status_of` is the one table from ``AxError`` classes to HTTP and gRPC codes;
+- :class:`ApiServer` / :func:`serve` assemble a process (``ax api``, ``ax server``).
+
+The wire contracts are described in ``docs/api.md``.
+"""
+
+from __future__ import annotations
+
+from axengine.api._auth import ANONYMOUS, RULES, Authenticator, Principal, Role, load_tokens
+from axengine.api._errors import ERROR_TABLE, ErrorStatus, error_body, status_of
+from axengine.api._grpc import AxServicer, ExecutorServicer, add_services
+from axengine.api._rest import DEFAULT_MAX_BODY_BYTES, create_app
+from axengine.api._server import (
+    ApiServer,
+    Listening,
+    ServerOptions,
+    is_loopback,
+    parse_address,
+    serve,
+)
+
+__all__ = [
+    "ANONYMOUS",
+    "DEFAULT_MAX_BODY_BYTES",
+    "ERROR_TABLE",
+    "RULES",
+    "ApiServer",
+    "Authenticator",
+    "AxServicer",
+    "ErrorStatus",
+    "ExecutorServicer",
+    "Listening",
+    "Principal",
+    "Role",
+    "ServerOptions",
+    "add_services",
+    "create_app",
+    "error_body",
+    "is_loopback",
+    "load_tokens",
+    "parse_address",
+    "serve",
+    "status_of",
+]

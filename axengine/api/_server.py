@@ -1,0 +1,395 @@
+"""Assembly of an API process: engine, REST on uvicorn, gRPC, reconciler, executor.
+
+:class:`ApiServer` builds the engine from an :class:`~axengine.config.AxConfig` through
+:mod:`axengine.wiring`, attaches the metrics, binds the listeners (port 0 picks a free
+port; the real one is reported), runs the reconciler loop — which only acts while this
+process holds the leadership record in the store, so replicas take turns — and, for
+``ax server``, an in-process executor :class:`~axengine.worker.Worker`.
+
+Shutdown (:meth:`ApiServer.stop`, or SIGTERM/SIGINT under :func:`serve`) is graceful:
+watch streams are told to end, the listeners stop accepting, in-flight requests and
+node runs finish (up to ``shutdown_grace`` seconds for requests), leadership is handed
+back, and the store and queue are closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import json
+import logging
+import re
+import signal
+import socket
+import sys
+from collections.abc import Callable, Generator, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+import uvicorn
+
+from axengine.api._auth import Authenticator
+from axengine.api._grpc import add_services
+from axengine.api._rest import DEFAULT_MAX_BODY_BYTES, create_app
+from axengine.config import AxConfig
+from axengine.engine import Engine, EngineConfig, Reconciler
+from axengine.engine._shell import host_pid_owner
+from axengine.errors import InputError
+from axengine.metrics import AxMetrics
+from axengine.store import Delete, Mod
+from axengine.wiring import Runtime, build_runtime
+from axengine.worker import Worker
+
+__all__ = ["ApiServer", "Listening", "ServerOptions", "is_loopback", "parse_address", "serve"]
+
+log = logging.getLogger("axengine.api.server")
+
+#: gRPC message size limit (inputs and outputs travel inline below the blob threshold).
+GRPC_MAX_MESSAGE = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ServerOptions:
+    """What an API process serves and how.
+
+    Attributes:
+        config: Store, queue, blob directory and key prefix.
+        http: REST listener ``host:port`` (None: no REST).
+        grpc: gRPC listener ``host:port`` (None: no gRPC).
+        auth: Tokens and roles; None turns authentication off.
+        run_worker: Run an in-process executor (``ax server``).
+        worker_concurrency: Nodes the in-process executor runs at once.
+        lease_seconds: Lease the in-process executor asks for.
+        reconcile_interval: Seconds between reconciler passes.
+        max_body_bytes: Largest REST request body.
+        shutdown_grace: Seconds in-flight requests get after a stop.
+        engine_config: Engine tunables.
+        role: Prefix of this process's owner id (``api`` or ``server``).
+    """
+
+    config: AxConfig
+    http: str | None = "127.0.0.1:8080"
+    grpc: str | None = "127.0.0.1:50051"
+    auth: Authenticator | None = None
+    run_worker: bool = False
+    worker_concurrency: int = 4
+    lease_seconds: float = 30.0
+    reconcile_interval: float = 1.0
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    shutdown_grace: float = 10.0
+    engine_config: EngineConfig | None = None
+    role: str = "api"
+
+
+@dataclass(frozen=True)
+class Listening:
+    """Where a started server listens (real ports, also when 0 was asked)."""
+
+    http_url: str | None
+    grpc_address: str | None
+
+
+def parse_address(text: str, what: str) -> tuple[str, int]:
+    """``host:port`` or ``[v6]:port`` → ``(host, port)``.
+
+    Raises:
+        InputError: Not an address with a port in 0-65535.
+    """
+    host, sep, port = text.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise InputError(f"{what} {text!r}: use HOST:PORT, e.g. 127.0.0.1:8080")
+    return host, int(port)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is a loopback name or address."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _format(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(1024)
+        sock.setblocking(False)
+    except OSError as exc:
+        sock.close()
+        raise InputError(f"cannot listen on {_format(host, port)}: {exc.strerror or exc}") \
+            from exc
+    return sock
+
+
+class _Uvicorn(uvicorn.Server):
+    """uvicorn without its own signal handling: the process handles signals once, for
+    every component, and uvicorn must not re-raise them after its shutdown."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        yield
+
+    def install_signal_handlers(self) -> None:  # uvicorn < 0.29
+        return None
+
+
+class _MeteredClient:
+    """The engine as the in-process worker's client, reporting complete answers that
+    write nothing (stale, already-done) to the metrics."""
+
+    def __init__(self, engine: Engine, metrics: AxMetrics) -> None:
+        self.engine = engine
+        self.metrics = metrics
+
+    async def claim(self, task_id: str, node_id: str, *, worker: str,
+                    lease_seconds: float | None = None) -> Any:
+        return await self.engine.claim(task_id, node_id, worker=worker,
+                                       lease_seconds=lease_seconds)
+
+    async def heartbeat(self, task_id: str, node_id: str, *, fence: int,
+                        lease_seconds: float | None = None) -> str:
+        return await self.engine.heartbeat(task_id, node_id, fence=fence,
+                                           lease_seconds=lease_seconds)
+
+    async def progress(self, task_id: str, node_id: str, *, fence: int, marker: str,
+                       lease_seconds: float | None = None) -> str:
+        return await self.engine.progress(task_id, node_id, fence=fence, marker=marker,
+                                          lease_seconds=lease_seconds)
+
+    async def complete(self, task_id: str, node_id: str, *, fence: int, outcome: Any) -> str:
+        answer = await self.engine.complete(task_id, node_id, fence=fence, outcome=outcome)
+        self.metrics.complete_answer(task_id, node_id, answer)
+        return answer
+
+    async def effect_begin(self, key: str, *, task_id: str, node_id: str) -> str:
+        return await self.engine.effect_begin(key, task_id=task_id, node_id=node_id)
+
+    async def effect_done(self, key: str, result: Mapping[str, Any]) -> None:
+        await self.engine.effect_done(key, result)
+
+    async def effect_get(self, key: str) -> Any:
+        return await self.engine.effect_get(key)
+
+
+class ApiServer:
+    """One API process. ``await start()``, then ``await stop()`` (both in one loop)."""
+
+    def __init__(self, options: ServerOptions) -> None:
+        self.options = options
+        self.metrics = AxMetrics()
+        self.owner = host_pid_owner(options.role)
+        self.stopping = asyncio.Event()
+        self._runtime: Runtime | None = None
+        self._uvicorn: _Uvicorn | None = None
+        self._http_task: asyncio.Task[None] | None = None
+        self._grpc: Any = None
+        self._background: list[asyncio.Task[None]] = []
+        self._worker_stop = asyncio.Event()
+        self.worker: Worker | None = None
+        self.reconciler: Reconciler | None = None
+
+    @property
+    def runtime(self) -> Runtime:
+        if self._runtime is None:
+            raise RuntimeError("ApiServer is not started")
+        return self._runtime
+
+    @property
+    def engine(self) -> Engine:
+        return self.runtime.engine
+
+    async def start(self) -> Listening:
+        """Build the engine, run a first reconcile pass, start every component."""
+        opts = self.options
+        self._runtime = build_runtime(opts.config, engine_config=opts.engine_config)
+        engine = self._runtime.engine
+        self.metrics.attach(engine)
+        self.reconciler = Reconciler(engine, owner=self.owner,
+                                     interval=opts.reconcile_interval,
+                                     leader_ttl=max(5.0, opts.reconcile_interval * 4))
+        try:
+            # An in-process queue starts empty: rebuild it from the store before serving.
+            # A store that is down now is not fatal: readiness says so, the loop retries.
+            try:
+                await self._reconcile_once()
+            except Exception:
+                log.warning("first reconciler pass failed", exc_info=True)
+            http_url = await self._start_http() if opts.http else None
+            grpc_address = await self._start_grpc() if opts.grpc else None
+        except BaseException:
+            await self._shutdown_listeners()
+            await self._runtime.close()
+            raise
+        self._background.append(asyncio.create_task(self._reconcile_loop()))
+        if opts.run_worker:
+            self.worker = Worker(
+                engine=_MeteredClient(engine, self.metrics), queue=self._runtime.queue,
+                worker_id=self.owner, concurrency=opts.worker_concurrency,
+                lease_seconds=opts.lease_seconds, settings=opts.config.handler_settings,
+                poll_timeout=0.2)
+            self._background.append(asyncio.create_task(self.worker.run(self._worker_stop)))
+        return Listening(http_url, grpc_address)
+
+    async def _start_http(self) -> str:
+        assert self.options.http is not None
+        host, port = parse_address(self.options.http, "--http")
+        sock = _bind(host, port)
+        app = create_app(engine=self.engine, auth=self.options.auth, metrics=self.metrics,
+                         stopping=self.stopping, max_body_bytes=self.options.max_body_bytes)
+        config = uvicorn.Config(app, lifespan="off", log_config=None, log_level="warning",
+                                access_log=False, ws="none",
+                                timeout_graceful_shutdown=int(self.options.shutdown_grace))
+        self._uvicorn = _Uvicorn(config)
+        self._http_task = asyncio.create_task(self._uvicorn.serve(sockets=[sock]))
+        while not self._uvicorn.started:
+            if self._http_task.done():
+                self._http_task.result()  # raises what stopped it
+                raise InputError(f"the REST server on {self.options.http} did not start")
+            # uvicorn reports readiness only through this flag.
+            await asyncio.sleep(0.01)
+        return f"http://{_format(host, sock.getsockname()[1])}"
+
+    async def _start_grpc(self) -> str:
+        assert self.options.grpc is not None
+        host, port = parse_address(self.options.grpc, "--grpc")
+        server = grpc.aio.server(options=[
+            ("grpc.max_receive_message_length", GRPC_MAX_MESSAGE),
+            ("grpc.max_send_message_length", GRPC_MAX_MESSAGE),
+            ("grpc.so_reuseport", 0),
+        ])
+        add_services(server, engine=self.engine, auth=self.options.auth,
+                     metrics=self.metrics, stopping=self.stopping)
+        try:
+            bound = server.add_insecure_port(_format(host, port))
+        except RuntimeError as exc:
+            raise InputError(f"cannot listen on {self.options.grpc}: {exc}") from exc
+        if not bound:
+            raise InputError(f"cannot listen on {self.options.grpc}")
+        await server.start()
+        self._grpc = server
+        return _format(host, int(bound))
+
+    async def _reconcile_once(self) -> None:
+        assert self.reconciler is not None
+        if await self.reconciler.elect():
+            await self.reconciler.run_once()
+
+    async def _reconcile_loop(self) -> None:
+        interval = self.options.reconcile_interval
+        failing = False
+        while not self.stopping.is_set():
+            try:
+                await self._reconcile_once()
+                await self.metrics.drain(self.engine)
+                if failing:
+                    log.warning("reconciler: store and queue reachable again")
+                failing = False
+            except Exception:
+                # The store or queue is down: keep serving what can be served and retry.
+                if not failing:
+                    log.warning("reconciler pass failed; retrying every %.1fs", interval,
+                                exc_info=True)
+                failing = True
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stopping.wait(), timeout=interval)
+
+    async def _release_leadership(self) -> None:
+        """Hand the reconciler leadership back so another replica takes over at once."""
+        store = self.engine.store
+        key = self.engine.keys.leader("reconciler")
+        kv = await store.get(key)
+        if kv is not None and json.loads(kv.value).get("owner") == self.owner:
+            await store.txn([Mod(key) == kv.mod_revision], [Delete(key)])
+
+    async def _shutdown_listeners(self) -> None:
+        waits = []
+        if self._uvicorn is not None and self._http_task is not None:
+            self._uvicorn.should_exit = True
+            waits.append(self._http_task)
+        if self._grpc is not None:
+            waits.append(asyncio.ensure_future(self._grpc.stop(self.options.shutdown_grace)))
+        for result in await asyncio.gather(*waits, return_exceptions=True):
+            if isinstance(result, BaseException) and not isinstance(
+                    result, asyncio.CancelledError):
+                log.warning("listener stopped with an error: %r", result)
+
+    async def stop(self) -> None:
+        """Stop gracefully (see the module docstring); idempotent."""
+        if self._runtime is None:
+            return
+        self.stopping.set()
+        self._worker_stop.set()
+        await self._shutdown_listeners()
+        for result in await asyncio.gather(*self._background, return_exceptions=True):
+            if isinstance(result, BaseException):
+                log.warning("background task ended with an error: %r", result)
+        with contextlib.suppress(Exception):
+            await self._release_leadership()
+        runtime, self._runtime = self._runtime, None
+        await runtime.close()
+
+
+def _redact(url: str) -> str:
+    """A URL without its credentials (``etcds://user:secret@host`` → ``etcds://***@host``)."""
+    return re.sub(r"//[^@/]*@", "//***@", url)
+
+
+def _print(line: str) -> None:
+    print(f"ax: {line}", flush=True)
+
+
+@contextlib.contextmanager
+def _signals(stop: asyncio.Event) -> Iterator[None]:
+    loop = asyncio.get_running_loop()
+    handled = (signal.SIGTERM, signal.SIGINT)
+    for sig in handled:
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        yield
+    finally:
+        for sig in handled:
+            loop.remove_signal_handler(sig)
+
+
+async def serve(options: ServerOptions, *, stop: asyncio.Event | None = None,
+                install_signals: bool = True,
+                on_ready: Callable[[Listening], None] | None = None) -> int:
+    """Run an API process until ``stop`` is set (or SIGTERM/SIGINT); return 0.
+
+    Prints ``ax: http listening on URL``, ``ax: grpc listening on HOST:PORT`` and
+    ``ax: ready`` once every listener accepts connections.
+    """
+    stop = stop or asyncio.Event()
+    server = ApiServer(options)
+    with _signals(stop) if install_signals else contextlib.nullcontext():
+        listening = await server.start()
+        if listening.http_url:
+            _print(f"http listening on {listening.http_url}")
+        if listening.grpc_address:
+            _print(f"grpc listening on {listening.grpc_address}")
+        mode = "no authentication" if options.auth is None else \
+            f"tokens from {options.auth.source}"
+        _print(f"store {_redact(options.config.resolved_store_url)}, queue "
+               f"{_redact(options.config.queue_url)}, {mode}"
+               + (", in-process executor" if options.run_worker else ""))
+        _print("ready")
+        if on_ready is not None:
+            on_ready(listening)
+        await stop.wait()
+        _print("stopping")
+        await server.stop()
+    _print("stopped")
+    sys.stdout.flush()
+    return 0

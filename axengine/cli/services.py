@@ -1,0 +1,145 @@
+"""``ax api`` and ``ax server``: run the API server (see ``docs/api.md``).
+
+``ax api`` is the scaled-out control plane: state in etcd, work in Redis, executors in
+other processes (``ax executor``) reaching it over gRPC. It refuses to start without a
+tokens file unless ``--insecure-no-auth`` says so explicitly.
+
+``ax server`` is the same API with everything in one process for local use: the
+embedded SQLite store in ``--home``, the in-process queue and an in-process executor.
+``--no-auth`` is accepted only when every listener is on a loopback address.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from axengine.api import ServerOptions, is_loopback, load_tokens, parse_address, serve
+from axengine.api._auth import Authenticator
+from axengine.api._rest import DEFAULT_MAX_BODY_BYTES
+from axengine.cli._common import EXIT_USAGE, add_home, fail
+from axengine.config import AxConfig
+from axengine.errors import AxError
+
+__all__ = ["register"]
+
+
+def _listener(value: str) -> str | None:
+    return None if value.lower() in ("off", "none", "") else value
+
+
+def _common(p: argparse.ArgumentParser, *, http: str, grpc: str, interval: float) -> None:
+    p.add_argument("--http", default=http, metavar="HOST:PORT",
+                   help=f"REST listener, port 0 = any free port, 'off' = none (default {http})")
+    p.add_argument("--grpc", default=grpc, metavar="HOST:PORT",
+                   help=f"gRPC listener, port 0 = any free port, 'off' = none (default {grpc})")
+    p.add_argument("--tokens", metavar="FILE",
+                   help="bearer tokens and roles (YAML, see deploy/tokens.example.yaml)")
+    p.add_argument("--store", help="etcd://host:2379 or sqlite:///path (default: $AX_STORE)")
+    p.add_argument("--queue", help="redis://host:6379/0 or memory:// (default: $AX_QUEUE)")
+    p.add_argument("--blobs", metavar="DIR", help="blob directory (default: $AX_BLOBS)")
+    p.add_argument("--prefix", help="root of every store key (default: $AX_PREFIX or /ax)")
+    p.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES,
+                   help="larger request bodies are refused with 413 (default 1 MiB)")
+    p.add_argument("--reconcile-interval", type=float, default=interval,
+                   help=f"seconds between reconciler passes (default {interval:g})")
+    p.add_argument("--shutdown-grace", type=float, default=10.0,
+                   help="seconds in-flight requests get after SIGTERM (default 10)")
+    p.add_argument("--log-level", default="warning",
+                   choices=("debug", "info", "warning", "error"))
+    add_home(p)
+
+
+def register(sub: Any) -> None:
+    """Add ``ax api`` and ``ax server``."""
+    api = sub.add_parser(
+        "api", help="run the API server (REST + gRPC) on etcd and Redis",
+        description="Run the stateless API server: REST under /v1 and gRPC, with the "
+        "reconciler (one leader across replicas). Executors connect over gRPC.")
+    _common(api, http="0.0.0.0:8080", grpc="0.0.0.0:50051", interval=1.0)
+    api.add_argument("--insecure-no-auth", action="store_true",
+                     help="serve without authentication (never on a shared network)")
+    api.set_defaults(func=cmd_api)
+
+    server = sub.add_parser(
+        "server", help="run API + executor on the embedded store (local use)",
+        description="Run the API, an in-process executor and the reconciler in one "
+        "process on the embedded store in --home.")
+    _common(server, http="127.0.0.1:8080", grpc="127.0.0.1:50051", interval=0.5)
+    server.add_argument("--no-auth", action="store_true",
+                        help="serve without authentication (loopback addresses only)")
+    server.add_argument("--concurrency", type=int, default=4,
+                        help="nodes the in-process executor runs at once (default 4)")
+    server.set_defaults(func=cmd_server)
+
+
+def _config(args: argparse.Namespace) -> AxConfig:
+    return AxConfig.from_env(
+        home=args.home, store_url=args.store, queue_url=args.queue,
+        blob_dir=Path(args.blobs) if args.blobs else None, prefix=args.prefix)
+
+
+def _auth(args: argparse.Namespace, no_auth: bool, flag: str) -> Authenticator | None:
+    if args.tokens and no_auth:
+        raise AxError(f"give --tokens or {flag}, not both")
+    if args.tokens:
+        return load_tokens(args.tokens)
+    if not no_auth:
+        raise AxError(f"no --tokens FILE given (see deploy/tokens.example.yaml); pass "
+                      f"{flag} explicitly to serve without authentication")
+    return None
+
+
+def _options(args: argparse.Namespace, **extra: Any) -> ServerOptions:
+    if args.max_body_bytes <= 0:
+        raise AxError("--max-body-bytes must be positive")
+    http, grpc = _listener(args.http), _listener(args.grpc)
+    for value, what in ((http, "--http"), (grpc, "--grpc")):
+        if value is not None:
+            parse_address(value, what)
+    if http is None and grpc is None:
+        raise AxError("both --http and --grpc are off: nothing to serve")
+    return ServerOptions(config=_config(args), http=http, grpc=grpc,
+                         max_body_bytes=args.max_body_bytes,
+                         reconcile_interval=args.reconcile_interval,
+                         shutdown_grace=args.shutdown_grace, **extra)
+
+
+def _run(options: ServerOptions, log_level: str) -> int:
+    logging.basicConfig(level=log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return asyncio.run(serve(options))
+
+
+def cmd_api(args: argparse.Namespace) -> int:
+    """``ax api``."""
+    try:
+        auth = _auth(args, args.insecure_no_auth, "--insecure-no-auth")
+        options = _options(args, auth=auth, role="api")
+        if options.config.queue_url.startswith("memory"):
+            print("ax: warning: the in-process queue (memory://) is invisible to executors "
+                  "in other processes; use --queue redis://... or `ax server`", flush=True)
+        return _run(options, args.log_level)
+    except AxError as exc:
+        return fail(str(exc), EXIT_USAGE)
+
+
+def cmd_server(args: argparse.Namespace) -> int:
+    """``ax server``."""
+    try:
+        auth = _auth(args, args.no_auth, "--no-auth")
+        options = _options(args, auth=auth, role="server", run_worker=True,
+                           worker_concurrency=args.concurrency)
+        if auth is None:
+            for value in (options.http, options.grpc):
+                if value is not None and not is_loopback(parse_address(value, "")[0]):
+                    raise AxError(f"--no-auth serves only loopback addresses, not {value}; "
+                                  "give --tokens FILE to listen on the network")
+        os.makedirs(options.config.home, exist_ok=True)
+        return _run(options, args.log_level)
+    except AxError as exc:
+        return fail(str(exc), EXIT_USAGE)
