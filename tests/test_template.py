@@ -211,10 +211,10 @@ def test_trace_hook_is_restored_after_render() -> None:
 def test_compiled_templates_are_cached() -> None:
     source = "{{ input.x ~ 'cache-probe' }}"
     render(source, ctx())
-    hits = template._compile.cache_info().hits
+    hits = template._compiler._compile.cache_info().hits
     render(source, ctx())
     evaluate_guard(source, ctx())
-    assert template._compile.cache_info().hits >= hits + 2
+    assert template._compiler._compile.cache_info().hits >= hits + 2
 
 
 # --------------------------------------------------------------------------- guards

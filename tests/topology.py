@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import email.parser
+import email.policy
 import hashlib
 import json
 import os
@@ -96,7 +97,7 @@ class Proc:
         self._offset = self.log.stat().st_size if self.log.exists() else 0
         env = {**self.env, **(extra_env or {})}
         with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(  # noqa: S603 - fixed argv of our own CLI
+            self.proc = subprocess.Popen(
                 self.argv, stdout=log, stderr=subprocess.STDOUT, cwd=REPO, env=env,
                 start_new_session=True)
         self.starts += 1
@@ -275,7 +276,7 @@ class Topology:
         self.http_port, self.grpc_port = free_port(), free_port()
         self.api = Proc("ax-api", self._api_argv(), self._env(), self.logs / "api.log")
         self.start_api()
-        for i in range(self.n_executors):
+        for _ in range(self.n_executors):
             self.add_executor(start=False)
         for i in range(self.n_executors):
             self.start_executor(i, wait=False)
@@ -354,6 +355,7 @@ class Topology:
 
     def add_executor(self, *, start: bool = True, worker_id: str | None = None,
                      lease: float | None = None, concurrency: int | None = None,
+                     grace: float | None = None,
                      settings: Mapping[str, Any] | None = None) -> int:
         """Define (and by default start) one more executor; return its index."""
         index = len(self.executors)
@@ -361,7 +363,8 @@ class Topology:
                 "--api", self.grpc_target, "--queue", self.queue_url,
                 "--token-file", str(self.root / "executor.token"),
                 "--concurrency", str(concurrency or self.concurrency),
-                "--lease", str(lease or self.lease), "--grace", str(self.grace),
+                "--lease", str(lease or self.lease),
+                "--grace", str(self.grace if grace is None else grace),
                 "--settings", json.dumps({**self.executor_settings, **(settings or {})})]
         if worker_id:
             argv += ["--id", worker_id]
@@ -432,11 +435,11 @@ class Topology:
 
     def emails(self) -> list[Mapping[str, str]]:
         """Headers of every message in the local mailbox."""
-        parser = email.parser.BytesHeaderParser()
+        parser = email.parser.BytesHeaderParser(policy=email.policy.default)
         out = []
         for path in sorted(self.mail_dir.glob("*.eml")):
             with open(path, "rb") as fh:
-                out.append(dict(parser.parse(fh).items()))
+                out.append({k: str(v) for k, v in parser.parse(fh).items()})
         return out
 
 

@@ -290,6 +290,11 @@ class ApiServer:
         interval = self.options.reconcile_interval
         failing = False
         while not self.stopping.is_set():
+            # start() made the first pass; every later pass comes one interval after.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stopping.wait(), timeout=interval)
+            if self.stopping.is_set():
+                return
             try:
                 await self._reconcile_once()
                 await self.metrics.drain(self.engine)
@@ -302,8 +307,6 @@ class ApiServer:
                     log.warning("reconciler pass failed; retrying every %.1fs", interval,
                                 exc_info=True)
                 failing = True
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.stopping.wait(), timeout=interval)
 
     async def _release_leadership(self) -> None:
         """Hand the reconciler leadership back so another replica takes over at once."""

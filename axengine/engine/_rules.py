@@ -378,10 +378,8 @@ def _refs_of(src: str) -> frozenset[str] | None:
         return frozenset()
     if "{{" in src or "{%" in src:
         return template.referenced_nodes(src)
-    if "\n" not in src.strip():
-        # A bare guard (no markup) is evaluated as one expression.
-        return template.referenced_nodes("{{ " + src + " }}")
-    return None  # the if/elif/else form: load every node rather than guess
+    # A bare guard (no markup) is evaluated as one expression.
+    return template.referenced_nodes("{{ " + src + " }}")
 
 
 def _union_refs(sources: Iterable[str]) -> frozenset[str] | None:
@@ -408,7 +406,11 @@ def _guard_refs(node: Node) -> frozenset[str] | None:
 
 
 def _expression_refs(node: Node) -> frozenset[str] | None:
-    return _union_refs([node.expression or ""])
+    expression = node.expression or ""
+    if "{{" in expression:
+        return _refs_of(expression)
+    # The if/elif/else form is not a template: load every node only when it needs them.
+    return None if "nodes" in expression else frozenset()
 
 
 def _taken(hops: Iterable[NextHop]) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from axengine.blobs import DirBlobStore
@@ -26,7 +26,7 @@ MODELS: set[str] = set()
 
 @st.composite
 def dags(draw: st.DrawFn) -> Dag:
-    n = draw(st.integers(2, 8))
+    n = draw(st.integers(2, 6))
     nodes: dict[str, dict[str, object]] = {}
     for i in range(n):
         edges: list[dict[str, object]] = []
@@ -51,22 +51,36 @@ def value_of(node_id: str, seed: int) -> int:
     return (int(node_id[1:]) * 7 + seed) % 10
 
 
+#: A stale worker racing the worker that took its node over: the classic lost-fence bug.
+TAKEOVER_RACE = [("claim", "A", 0), ("advance", 40.0, 0), ("claim", "B", 0),
+                 ("complete", "A", 0), ("complete", "B", 0)]
+
+
+def two_node_dag() -> Dag:
+    return load_dag_mapping({"name": "pair", "nodes": {
+        "n0": {"type": "tool_call", "tool": "echo", "retry": 60, "input": "x", "next": "n1"},
+        "n1": {"type": "tool_call", "tool": "echo", "retry": 60, "input": "y"},
+    }}, tools=TOOLS, models=MODELS)
+
+
 ops = st.lists(
     st.one_of(
         st.tuples(st.just("claim"), st.sampled_from("AB"), st.integers(0, 7)),
         st.tuples(st.just("complete"), st.sampled_from("AB"), st.integers(0, 7)),
         st.tuples(st.just("fail"), st.sampled_from("AB"), st.integers(0, 7)),
-        st.tuples(st.just("advance"), st.sampled_from([1.0, 20.0, 40.0]), st.just(0)),
+        st.tuples(st.just("advance"), st.sampled_from([1.0, 20.0, 40.0, 40.0]), st.just(0)),
         st.tuples(st.just("crash"), st.sampled_from("AB"), st.just(0)),
         st.tuples(st.just("expire"), st.just(""), st.just(0)),
     ),
+    min_size=4,
     max_size=40,
 )
 
 
-@settings(max_examples=60, deadline=None,
+@settings(max_examples=150, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(dag=dags(), script=ops, seed=st.integers(0, 9))
+@example(dag=two_node_dag(), script=TAKEOVER_RACE, seed=3)
 def test_random_interleavings_keep_invariants(tmp_path_factory: object, dag: Dag,
                                               script: list[tuple[str, object, object]],
                                               seed: int) -> None:

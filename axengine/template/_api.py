@@ -1,0 +1,162 @@
+"""Rendering inputs, evaluating guards, checking templates, building the context."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from axengine.errors import TemplateLimitError
+from axengine.template._budget import _MAX_SOURCE_CHARS, _error, _guarded
+from axengine.template._compiler import _compile_condition, _compiled, _run
+from axengine.template._normalize import _has_markup
+
+_FALSE_STRINGS = frozenset({"", "false", "0", "none", "null"})
+
+
+class _Missing:
+    """Type of :data:`MISSING`."""
+
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+#: Sentinel for :func:`template_context`: no ``output`` name (node inputs, not guards).
+MISSING: object = _Missing()
+
+
+def _truthy(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() not in _FALSE_STRINGS
+    return bool(value)
+
+
+def compile_template(source: str) -> None:
+    """Check that a template compiles (after :func:`normalize`); cache the result.
+
+    Args:
+        source: Template source. Text without ``{{``, ``{%`` or ``{#`` always compiles.
+
+    Raises:
+        TemplateError: Syntax error, unknown filter; ``line`` is set.
+        TemplateSecurityError: ``include``, ``import`` or ``extends``.
+        TemplateLimitError: The source is longer than the bound.
+    """
+    if _has_markup(source):
+        _compiled(source)
+
+
+def render(source: str, context: Mapping[str, Any]) -> Any:
+    """Render one template.
+
+    Args:
+        source: Template source. Anything that is not a ``str`` is returned unchanged,
+            and so is text without template markup.
+        context: The names the template sees (see :func:`template_context`).
+
+    Returns:
+        If ``source`` (stripped) is exactly one ``{{ expr }}``, the native value of
+        ``expr`` as plain data (dict, list, str, int, float, bool or None); otherwise the
+        rendered text.
+
+    Raises:
+        TemplateError: Compile or render error, including a missing field.
+        TemplateSecurityError: The sandbox refused an operation.
+        TemplateLimitError: A size or time bound was exceeded.
+    """
+    if not isinstance(source, str) or not _has_markup(source):
+        return source
+    compiled = _compiled(source)  # outside the clock: compiling is not the template's time
+    return _guarded(lambda: _run(compiled, context), 0, compiled.line)
+
+
+def _each_string(value: Any) -> Iterator[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, Mapping):
+        for item in value.values():
+            yield from _each_string(item)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            yield from _each_string(item)
+
+
+def _render_tree(value: Any, context: Mapping[str, Any]) -> Any:
+    if isinstance(value, str):
+        return render(value, context)
+    if isinstance(value, Mapping):
+        return {key: _render_tree(item, context) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_render_tree(item, context) for item in value]
+    return value
+
+
+def render_value(value: Any, context: Mapping[str, Any]) -> Any:
+    """Render every string inside dicts and lists (keys are not rendered).
+
+    One time and size budget covers the whole structure. Tuples come back as lists.
+
+    Args:
+        value: A string, or a structure of dicts/lists with strings inside.
+        context: The names the templates see.
+
+    Returns:
+        The same structure with each string replaced by :func:`render`'s result.
+
+    Raises:
+        TemplateError: As :func:`render`, for the first string that fails.
+    """
+    for text in _each_string(value):
+        compile_template(text)
+    return _guarded(lambda: _render_tree(value, context))
+
+
+def evaluate_guard(source: str, context: Mapping[str, Any]) -> bool:
+    """Evaluate an edge guard such as ``{{ .output.status == 'success' }}``.
+
+    A source without ``{{ }}`` is evaluated as a bare expression (``output.ok``).
+
+    Args:
+        source: The guard.
+        context: The names it sees, ``output`` included.
+
+    Returns:
+        The truthiness of the native value; the strings ``""``, ``"false"``, ``"0"``,
+        ``"none"`` and ``"null"`` (any case, surrounding blanks ignored) are false.
+
+    Raises:
+        TemplateError: Also when a referenced field is missing: never a silent False.
+    """
+    if not _has_markup(source) and len(source) > _MAX_SOURCE_CHARS:
+        raise _error(TemplateLimitError, f"guard longer than {_MAX_SOURCE_CHARS} characters")
+    compiled = _compiled(source) if _has_markup(source) else _compile_condition(source, 0)
+    return _truthy(_guarded(lambda: _run(compiled, context), 0, compiled.line))
+
+
+def template_context(
+    *,
+    input: Any,
+    nodes: Mapping[str, Any],
+    task: Mapping[str, Any] | None = None,
+    output: Any = MISSING,
+) -> dict[str, Any]:
+    """Build the names a template sees.
+
+    Args:
+        input: The task input.
+        nodes: Output of each earlier node, by node id.
+        task: Task facts (``id``, ``labels``).
+        output: This node's output, for guards and condition expressions; leave it
+            :data:`MISSING` when rendering a node's input.
+
+    Returns:
+        ``{"input": ..., "nodes": {id: {"output": ...}}, "task": {...}}`` plus
+        ``"output"`` when given.
+    """
+    names: dict[str, Any] = {
+        "input": input,
+        "nodes": {node_id: {"output": nodes[node_id]} for node_id in sorted(nodes)},
+        "task": dict(task) if task else {},
+    }
+    if output is not MISSING:
+        names["output"] = output
+    return names

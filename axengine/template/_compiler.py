@@ -1,0 +1,117 @@
+"""Compiling (cached) and running a template in the sandbox."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from typing import Any
+
+from jinja2 import nodes
+from jinja2.exceptions import TemplateSyntaxError
+from jinja2.parser import Parser
+
+from axengine.errors import TemplateError, TemplateLimitError, TemplateSecurityError
+from axengine.template._budget import _MAX_SOURCE_CHARS, MAX_OUTPUT_CHARS, _error
+from axengine.template._normalize import _scan_code, normalize
+from axengine.template._sandbox import _ENV
+from axengine.template._values import _bounded_range, _to_native
+
+_RESULT = "_ax_result"
+
+
+class _Compiled:
+    """A compiled template; ``native`` ones store their single expression's value."""
+
+    __slots__ = ("line", "native", "template", "tree")
+
+    def __init__(self, tree: nodes.Template, expr: nodes.Expr | None) -> None:
+        self.line = expr.lineno if expr is not None else 0
+        if expr is not None:
+            target = nodes.Name(_RESULT, "store", lineno=expr.lineno)
+            tree = nodes.Template([nodes.Assign(target, expr, lineno=expr.lineno)], lineno=1)
+            tree.set_environment(_ENV)
+        self.tree = tree
+        self.native = expr is not None
+        try:
+            self.template = _ENV.from_string(tree)
+        except TemplateSyntaxError as exc:  # unknown filter or test, found by the compiler
+            raise _error(TemplateError, exc.message or str(exc), exc.lineno) from exc
+
+
+_REFUSED_TAGS: dict[type[nodes.Node], str] = {
+    nodes.Extends: "extends",
+    nodes.Include: "include",
+    nodes.Import: "import",
+    nodes.FromImport: "from ... import",
+    # Its argument is evaluated at compile time; ax renders text with autoescape off.
+    nodes.ScopedEvalContextModifier: "autoescape",
+}
+
+
+@functools.lru_cache(maxsize=1024)
+def _compile(normalized: str) -> _Compiled:
+    try:
+        tree = _ENV.parse(normalized)
+    except TemplateSyntaxError as exc:
+        raise _error(TemplateError, exc.message or str(exc), exc.lineno) from exc
+    except RecursionError:
+        raise _error(TemplateLimitError, "the template is nested too deeply") from None
+    for node in tree.find_all(tuple(_REFUSED_TAGS)):
+        tag = _REFUSED_TAGS[type(node)]
+        message = f"{{% {tag} %}} is not allowed in ax templates (no file, module or escaping)"
+        raise _error(TemplateSecurityError, message, node.lineno)
+    expr = None
+    if len(tree.body) == 1 and isinstance(tree.body[0], nodes.Output):
+        parts = [
+            n
+            for n in tree.body[0].nodes
+            if not (isinstance(n, nodes.TemplateData) and not n.data.strip())
+        ]
+        if len(parts) == 1 and not isinstance(parts[0], nodes.TemplateData):
+            expr = parts[0]
+    return _Compiled(tree, expr)
+
+
+_normalized = functools.lru_cache(maxsize=1024)(normalize)
+
+
+def _compiled(source: str) -> _Compiled:
+    if len(source) > _MAX_SOURCE_CHARS:
+        raise _error(TemplateLimitError, f"template longer than {_MAX_SOURCE_CHARS} characters")
+    return _compile(_normalized(source))
+
+
+@functools.lru_cache(maxsize=1024)
+def _compile_condition(code: str, line_base: int) -> _Compiled:
+    """Compile bare expression code (a guard without braces, an ``if`` condition)."""
+    try:
+        parser = Parser(_ENV, _scan_code(code, 0, None)[0], state="variable")
+        expr = parser.parse_expression()
+        if not parser.stream.eos:
+            parser.fail(f"unexpected {parser.stream.current.value!r} after the condition")
+    except TemplateSyntaxError as exc:
+        line = exc.lineno + line_base
+        raise _error(TemplateError, f"bad condition: {exc.message}", line) from exc
+    except RecursionError:
+        message = "the condition is nested too deeply"
+        raise _error(TemplateLimitError, message, 1 + line_base) from None
+    return _Compiled(nodes.Template([], lineno=1), expr)
+
+
+def _run(compiled: _Compiled, context: Mapping[str, Any]) -> Any:
+    template = compiled.template
+    # shared=True skips merging the globals ChainMap (slow under the trace hook); the one
+    # global is added by hand, last, so the context cannot replace the bounded range.
+    ctx = template.new_context({**context, "range": _bounded_range}, shared=True)
+    if compiled.native:
+        for _ in template.root_render_func(ctx):
+            pass
+        return _to_native(ctx.vars[_RESULT])
+    parts: list[str] = []
+    size = 0
+    for chunk in template.root_render_func(ctx):
+        size += len(chunk)
+        if size > MAX_OUTPUT_CHARS:
+            raise _error(TemplateLimitError, f"output longer than {MAX_OUTPUT_CHARS} characters")
+        parts.append(chunk)
+    return "".join(parts)

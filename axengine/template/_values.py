@@ -1,0 +1,173 @@
+"""What a template may print or return, and the checks on operations that build text.
+
+Everything here refuses values that are not data (functions, methods, objects) and
+charges what it builds to the render's budget (:mod:`axengine.template._budget`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import ItemsView, Iterator, KeysView, Mapping, ValuesView
+from typing import Any, NoReturn
+
+from jinja2 import pass_context
+from jinja2.runtime import Context, LoopContext, Undefined
+
+from axengine.errors import TemplateLimitError, TemplateSecurityError
+from axengine.template._budget import (
+    _BUDGET_MESSAGE,
+    MAX_OUTPUT_CHARS,
+    MAX_RANGE,
+    _charge,
+    _error,
+    _remaining,
+    _tick,
+)
+
+_PLAIN = (str, int, float, bool, type(None))
+_VIEWS = (KeysView, ValuesView, ItemsView)
+
+
+def _refuse(what: str) -> NoReturn:
+    raise _error(TemplateSecurityError, f"{what} is not allowed in templates")
+
+
+def _describe(obj: Any) -> str:
+    name = getattr(obj, "__name__", None)
+    kind = type(obj).__name__
+    return f"{kind} {name!r}" if isinstance(name, str) else kind
+
+
+def _weigh(value: Any, limit: int | None = None, indent: int = 0) -> int:
+    """Estimate the text size of data, refusing anything that is not data.
+
+    ``limit`` defaults to what is left of the render's budget.
+    """
+    bound = _remaining() if limit is None else limit
+    total, count = 0, 0
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        total += depth * indent + 2
+        if isinstance(item, str):
+            total += len(item)
+        elif isinstance(item, bool) or item is None:
+            total += 5
+        elif isinstance(item, int):
+            total += item.bit_length() // 3
+        elif isinstance(item, float):
+            total += 24
+        elif isinstance(item, Mapping):
+            stack.extend((x, depth + 1) for pair in item.items() for x in pair)
+        elif isinstance(item, (list, tuple, *_VIEWS)):
+            stack.extend((x, depth + 1) for x in item)
+        elif isinstance(item, range):
+            total += 24
+        elif isinstance(item, Undefined):
+            item._fail_with_undefined_error()
+        else:
+            message = f"{_describe(item)} is not data: it cannot be printed or formatted"
+            raise _error(TemplateSecurityError, message)
+        count += 1
+        if total > bound:
+            message = _BUDGET_MESSAGE if limit is None else f"a value is over {limit} characters"
+            raise _error(TemplateLimitError, message)
+        if count % 4096 == 0:
+            _tick()
+    return total
+
+
+def _text(value: Any, limit: int | None = None) -> str:
+    """``str(value)`` for data only, refusing results larger than ``limit`` (budget)."""
+    if isinstance(value, str):
+        if len(value) > (_remaining() if limit is None else limit):
+            message = _BUDGET_MESSAGE if limit is None else f"a value is over {limit} characters"
+            raise _error(TemplateLimitError, message)
+        return str(value)
+    if isinstance(value, Undefined):
+        value._fail_with_undefined_error()
+    _charge(_weigh(value, limit))
+    return str(value)
+
+
+@pass_context  # a context-taking finalize also stops jinja folding output at compile time
+def _finalize(context: Context, value: Any) -> str:
+    if type(value) is str and len(value) <= MAX_OUTPUT_CHARS:
+        return value
+    return _text(value, MAX_OUTPUT_CHARS)
+
+
+def _join_buffer(parts: Any) -> str:
+    """``environment.concat``: joins macro, ``{% set %}`` block and filter block output."""
+    parts = list(parts)
+    total = sum(map(len, parts))
+    if total > MAX_OUTPUT_CHARS:
+        raise _error(TemplateLimitError, f"a block rendered more than {MAX_OUTPUT_CHARS} chars")
+    _charge(total)
+    return "".join(parts)
+
+
+def _to_native(value: Any) -> Any:
+    """Convert a native result to plain data (list/dict/str/...), refusing anything else."""
+    if isinstance(value, _PLAIN):
+        return value if type(value) in _PLAIN else str(value)  # Markup -> str
+    if isinstance(value, Undefined):
+        value._fail_with_undefined_error()
+    if isinstance(value, Mapping):
+        return {k: v if type(v) in _PLAIN else _to_native(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, range, *_VIEWS)) or (
+        isinstance(value, Iterator) and not isinstance(value, LoopContext)
+    ):
+        items = list(value)
+        _charge(len(items))
+        return [v if type(v) in _PLAIN else _to_native(v) for v in items]
+    message = f"a template cannot produce {_describe(value)}: only data (str, number, list...)"
+    raise _error(TemplateSecurityError, message)
+
+
+def _bounded_range(*args: int) -> range:
+    try:
+        values = range(*args)
+        size = len(values)
+    except OverflowError:
+        size = MAX_RANGE + 1
+    if size > MAX_RANGE:
+        raise _error(TemplateLimitError, f"range() is limited to {MAX_RANGE} items")
+    return values
+
+
+_bounded_range.__name__ = _bounded_range.__qualname__ = "range"
+
+
+def _limit(value: Any, bound: int, what: str) -> int:
+    # Never negative: a negative width would otherwise give budget back.
+    if not isinstance(value, int) or not 0 <= value <= bound:
+        raise _error(TemplateLimitError, f"{what} must be an integer up to {bound}")
+    return value
+
+
+_FORMAT_SPEC = re.compile(r"%(?:\([^)]*\))?[#0 +\-]*(\*|\d+)?(?:\.(\*|\d+))?[hlL]?[a-zA-Z%]")
+
+
+def _check_format(fmt: str, args: Any) -> None:
+    extra = 0
+    for match in _FORMAT_SPEC.finditer(fmt):
+        for number in match.groups():
+            if number == "*" or (number and len(number) > 6):
+                raise _error(TemplateLimitError, "'%' widths must be literal and small")
+            extra += int(number or 0)
+    if extra > MAX_OUTPUT_CHARS:
+        raise _error(TemplateLimitError, f"'%' widths add up to more than {MAX_OUTPUT_CHARS}")
+    _charge(len(fmt) + extra + _weigh(args))
+
+
+def _check_replace(text: str, old: Any, new: Any, count: Any = None) -> None:
+    old, new = _text(old), _text(new)  # data only: no str() of a function or method
+    hits = len(text) + 1 if old == "" else text.count(old)
+    if isinstance(count, int) and count >= 0:
+        hits = min(hits, count)
+    _charge(len(text) + max(0, hits * (len(new) - len(old))))
+
+
+def _join_size(items: list[Any], separator: Any) -> None:
+    _charge(_weigh(items) + len(_text(separator)) * len(items))

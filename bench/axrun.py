@@ -1,0 +1,320 @@
+"""ax with the engine in this process: embedded (SQLite + in-process queue) or against
+real etcd + Redis.
+
+One workload = one shape submitted ``tasks`` times with at most ``inflight`` tasks
+unfinished, run by one :class:`~axengine.worker.Worker` (no-op handler) and the
+reconciler, exactly as :class:`~axengine.local.LocalSession` wires them, except that the
+store and queue are wrapped in counting proxies. The timed window runs from the first
+submit to the moment the last task is final (seen through an engine listener, no
+polling). Afterwards the timelines give each node's ``ready`` → ``committed`` time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import cProfile
+import io
+import pstats
+import secrets
+import shutil
+import tempfile
+import time
+from collections import Counter
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from axengine.blobs import DirBlobStore
+from axengine.dag import load_dag_mapping
+from axengine.engine import Engine, Event, Reconciler, TaskRecord
+from axengine.engine._shell import host_pid_owner
+from axengine.keys import StoreKeys
+from axengine.queue import WorkItem, WorkQueue
+from axengine.store import Compare, Delete, KeyValue, Op, Put, StateStore, TxnResult, WatchEvent
+from axengine.wiring import open_queue, open_store
+from axengine.worker import Worker
+from bench import shapes
+from bench.common import cpu_seconds, rate, summary
+
+__all__ = ["CountingQueue", "CountingStore", "proc_cpu", "run", "timeline_latencies"]
+
+
+class CountingStore:
+    """A :class:`StateStore` proxy that counts reads, transactions and writes.
+
+    ``write_txns`` counts transactions whose executed branch wrote something (what costs
+    an fsync / a raft round); ``conflicts`` counts transactions whose compares failed.
+    """
+
+    def __init__(self, inner: StateStore) -> None:
+        self.inner = inner
+        self.counts: Counter[str] = Counter()
+
+    async def get(self, key: str) -> KeyValue | None:
+        self.counts["get"] += 1
+        return await self.inner.get(key)
+
+    async def get_many(self, keys: Sequence[str]) -> dict[str, KeyValue]:
+        self.counts["get_many"] += 1
+        return await self.inner.get_many(keys)
+
+    async def range(self, prefix: str, *, start_after: str | None = None,
+                    limit: int = 0) -> list[KeyValue]:
+        self.counts["range"] += 1
+        return await self.inner.range(prefix, start_after=start_after, limit=limit)
+
+    async def txn(self, compares: Sequence[Compare], success: Sequence[Op],
+                  failure: Sequence[Op] = ()) -> TxnResult:
+        result = await self.inner.txn(compares, success, failure)
+        branch = success if result.succeeded else failure
+        writes = sum(isinstance(op, Put | Delete) for op in branch)
+        self.counts["txn"] += 1
+        self.counts["puts"] += writes
+        if writes:
+            self.counts["write_txns"] += 1
+        if not result.succeeded:
+            self.counts["conflicts"] += 1
+        return result
+
+    async def revision(self) -> int:
+        return await self.inner.revision()
+
+    def watch(self, prefix: str, *, start_revision: int = 0) -> AsyncIterator[WatchEvent]:
+        return self.inner.watch(prefix, start_revision=start_revision)
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+class CountingQueue:
+    """A :class:`WorkQueue` proxy that counts enqueued items, pops that returned an
+    item, acks and requeues."""
+
+    def __init__(self, inner: WorkQueue) -> None:
+        self.inner = inner
+        self.counts: Counter[str] = Counter()
+
+    async def enqueue(self, items: Sequence[WorkItem], *, delay: float = 0.0) -> None:
+        self.counts["enqueue_calls"] += 1
+        self.counts["enqueued"] += len(items)
+        await self.inner.enqueue(items, delay=delay)
+
+    async def pop(self, worker_id: str, *, lanes: Sequence[str] = ("fast", "default"),
+                  timeout: float = 1.0) -> WorkItem | None:
+        item = await self.inner.pop(worker_id, lanes=lanes, timeout=timeout)
+        self.counts["pops" if item is not None else "empty_pops"] += 1
+        return item
+
+    async def ack(self, worker_id: str, item: WorkItem) -> None:
+        self.counts["acks"] += 1
+        await self.inner.ack(worker_id, item)
+
+    async def requeue(self, worker_id: str, item: WorkItem, *, delay: float = 0.0) -> None:
+        self.counts["requeues"] += 1
+        await self.inner.requeue(worker_id, item, delay=delay)
+
+    async def recover(self, worker_id: str) -> int:
+        return await self.inner.recover(worker_id)
+
+    async def queued(self) -> set[tuple[str, str]]:
+        return await self.inner.queued()
+
+    async def depth(self, lane: str) -> int:
+        return await self.inner.depth(lane)
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def proc_cpu(pid: int) -> float:
+    """CPU seconds (user + system) another process has used, from ``/proc`` (0 if gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    import os
+
+    ticks = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / ticks
+
+
+def timeline_latencies(events: Sequence[Event]) -> dict[str, list[float]]:
+    """Per node of one task: ``ready``→``committed``, ``ready``→``claimed`` and
+    ``claimed``→``committed`` in seconds (first ready, last claim, first commit)."""
+    ready: dict[str, float] = {}
+    claimed: dict[str, float] = {}
+    committed: dict[str, float] = {}
+    for event in events:
+        if not event.node_id:
+            continue
+        if event.kind == "ready":
+            ready.setdefault(event.node_id, event.at)
+        elif event.kind == "claimed":
+            claimed[event.node_id] = event.at
+        elif event.kind == "committed":
+            committed.setdefault(event.node_id, event.at)
+    out: dict[str, list[float]] = {"ready_to_committed": [], "ready_to_claimed": [],
+                                   "claimed_to_committed": []}
+    for node, done in committed.items():
+        if node in ready:
+            out["ready_to_committed"].append(done - ready[node])
+            if node in claimed:
+                out["ready_to_claimed"].append(claimed[node] - ready[node])
+                out["claimed_to_committed"].append(done - claimed[node])
+    return out
+
+
+async def _run(spec: dict[str, Any]) -> dict[str, Any]:
+    home = Path(spec.get("home") or tempfile.mkdtemp(prefix="ax-bench-"))
+    prefix = spec.get("prefix") or f"/bench-{secrets.token_hex(4)}"
+    store_url = spec.get("store_url") or f"sqlite:///{home / 'ax.db'}"
+    queue_url = spec.get("queue_url") or "memory://"
+    store = CountingStore(open_store(store_url))
+    queue = CountingQueue(open_queue(queue_url))
+    engine = Engine(store=store, queue=queue, blobs=DirBlobStore(home / "blobs"),
+                    keys=StoreKeys(prefix))
+    owner = host_pid_owner("bench")
+    worker = Worker(engine=engine, queue=queue, handler=shapes.echo_handler, worker_id=owner,
+                    concurrency=spec.get("worker_concurrency", 8), lease_seconds=30.0,
+                    poll_timeout=0.2)
+    interval = spec.get("reconcile_interval", 0.5)
+    reconciler = Reconciler(engine, owner=owner, interval=interval,
+                            leader_ttl=max(5.0, interval * 4))
+
+    loop = asyncio.get_running_loop()
+    waiters: dict[str, asyncio.Future[str]] = {}
+
+    def on_commit(task: TaskRecord, events: Sequence[Event]) -> None:
+        if task.status.final:
+            fut = waiters.pop(task.task_id, None)
+            if fut is not None and not fut.done():
+                fut.set_result(task.status.value)
+
+    engine.add_listener(on_commit)
+    stop = asyncio.Event()
+    background = [asyncio.create_task(worker.run(stop)),
+                  asyncio.create_task(reconciler.run(stop))]
+    kind, size = spec["shape"], int(spec.get("size", 0))
+    tasks, inflight = int(spec.get("tasks", 1)), int(spec.get("inflight", 1))
+    statuses: Counter[str] = Counter()
+    ids: list[str] = []
+
+    async def one(i: int, dag: Any, sem: asyncio.Semaphore,
+                  submit_times: list[float]) -> None:
+        async with sem:
+            task_id = f"t-{i:06d}-{secrets.token_hex(3)}"
+            fut: asyncio.Future[str] = loop.create_future()
+            waiters[task_id] = fut
+            t = time.perf_counter()
+            await engine.submit(dag, {"doc": f"doc-{i}", "seed": i}, task_id=task_id)
+            submit_times.append(time.perf_counter() - t)
+            ids.append(task_id)
+            statuses[await fut] += 1
+
+    try:
+        # Warm-up: imports, template caches, connections, one small task end to end.
+        warm = load_dag_mapping(shapes.chain(3, name="bench_warmup"))
+        await asyncio.gather(*(one(-1 - j, warm, asyncio.Semaphore(1), []) for j in range(2)))
+        ids.clear()
+        statuses.clear()
+        dag = load_dag_mapping(shapes.shape(kind, size))
+        await engine.put_dag(dag)
+        store.counts.clear()
+        queue.counts.clear()
+        servers = {name: proc_cpu(pid) for name, pid in spec.get("server_pids", {}).items()}
+        profiler = cProfile.Profile() if spec.get("profile") else None
+        cpu0, t0 = cpu_seconds(), time.perf_counter()
+        if profiler is not None:
+            profiler.enable()
+        sem = asyncio.Semaphore(inflight)
+        submit_times: list[float] = []
+        await asyncio.gather(*(one(i, dag, sem, submit_times) for i in range(tasks)))
+        if profiler is not None:
+            profiler.disable()
+        wall, cpu = time.perf_counter() - t0, cpu_seconds() - cpu0
+        server_cpu = {name: round(proc_cpu(pid) - servers[name], 3)
+                      for name, pid in spec.get("server_pids", {}).items()}
+        counts_store, counts_queue = dict(store.counts), dict(queue.counts)
+        latencies: dict[str, list[float]] = {}
+        for task_id in ids[: int(spec.get("latency_tasks", tasks))]:
+            for key, values in timeline_latencies(await engine.events(task_id)).items():
+                latencies.setdefault(key, []).extend(values)
+    finally:
+        stop.set()
+        for task in background:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await queue.close()
+        # Leave a shared etcd clean for the next workload (SQLite homes are removed).
+        if store_url.startswith("etcd"):
+            with contextlib.suppress(Exception):
+                await store.inner.txn([], [Delete(prefix + "/", prefix=True)])
+        await store.close()
+        if not spec.get("home"):
+            shutil.rmtree(home, ignore_errors=True)
+
+    nodes_per_task = shapes.executed_nodes(kind, size)
+    nodes = nodes_per_task * tasks
+    result: dict[str, Any] = {
+        "shape": kind, "size": size, "tasks": tasks, "inflight": inflight,
+        "worker_concurrency": spec.get("worker_concurrency", 8),
+        "declared_nodes_per_task": len(dag.nodes), "nodes_per_task": nodes_per_task,
+        "nodes": nodes, "statuses": dict(statuses),
+        "wall_s": round(wall, 4),
+        "tasks_per_s": rate(tasks, wall), "nodes_per_s": rate(nodes, wall),
+        "wall_per_node_ms": round(wall / nodes * 1000, 4),
+        "cpu_s": round(cpu, 3), "cpu_per_node_ms": round(cpu / nodes * 1000, 4),
+        "server_cpu_s": server_cpu,
+        "submit": summary(submit_times),
+        "node_latency": {k: summary(v) for k, v in latencies.items()},
+        "store": counts_store, "queue": counts_queue,
+        "write_txns_per_node": round(counts_store.get("write_txns", 0) / nodes, 3),
+        "txns_per_node": round(counts_store.get("txn", 0) / nodes, 3),
+        "reads_per_node": round(sum(counts_store.get(k, 0) for k in ("get", "get_many", "range"))
+                                / nodes, 3),
+    }
+    if profiler is not None:
+        result["profile"] = profile_summary(profiler, int(spec.get("profile_top", 25)))
+    return result
+
+
+def profile_summary(profiler: cProfile.Profile, top: int) -> dict[str, Any]:
+    """The ``top`` functions by own time and by cumulative time, as text rows."""
+    stats = pstats.Stats(profiler)
+    total = sum(row[2] for row in stats.stats.values())  # type: ignore[attr-defined]
+    rows = []
+    for (path, line, func), (_cc, ncalls, tottime, cumtime, _) in \
+            stats.stats.items():  # type: ignore[attr-defined]
+        rows.append({"function": f"{_short(path)}:{line}({func})", "calls": ncalls,
+                     "tottime_s": round(tottime, 4), "cumtime_s": round(cumtime, 4),
+                     "tottime_share": round(tottime / total, 4) if total else 0.0})
+    by_tot = sorted(rows, key=lambda r: -r["tottime_s"])[:top]
+    by_cum = sorted(rows, key=lambda r: -r["cumtime_s"])[:top]
+    text = io.StringIO()
+    pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(top)
+    return {"total_s": round(total, 4), "by_tottime": by_tot, "by_cumtime": by_cum}
+
+
+def _short(path: str) -> str:
+    for marker in ("/axengine/", "/executors/", "/bench/", "/site-packages/", "/lib/python3"):
+        if marker in path:
+            return marker.strip("/") + "/" + path.split(marker, 1)[1]
+    return path
+
+
+def run(spec: dict[str, Any]) -> dict[str, Any]:
+    """Run one workload described by ``spec`` and return its figures.
+
+    Keys of ``spec``: ``shape``, ``size``, ``tasks``, ``inflight``, ``worker_concurrency``,
+    ``store_url``/``queue_url`` (default: embedded), ``home``, ``prefix``,
+    ``server_pids`` (name → pid whose CPU time to report), ``latency_tasks``,
+    ``reconcile_interval``, ``profile``.
+    """
+    return asyncio.run(_run(spec))
