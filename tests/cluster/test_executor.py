@@ -1,0 +1,335 @@
+"""``ax executor`` processes and their gRPC client against a real ``ax api``.
+
+Two topologies: ``cluster`` (API + two executors: the financial DAG end to end) and
+``bare`` (API, no executor: the test drives the ExecutorService itself with
+:class:`GrpcEngineClient`, or starts one executor of its own to shut it down).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from axengine.errors import Conflict, Forbidden, NotFound, StoreUnavailable, Unauthorized
+from axengine.worker.grpc_client import GrpcEngineClient
+from executors.contract import Failure, Success, Unavailable
+from tests.topology import REPO, Topology, audit, submit_batch, wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+FINANCIAL = REPO / "dags" / "financial_risk_assessment.yaml"
+ACME_PATH = ["parse_pdf", "extract_metrics", "assess_risk", "send_medium_risk_email",
+             "log_completion"]
+SLEEP_DAG = """\
+name: executor_sleep
+nodes:
+  nap:
+    type: tool_call
+    tool: sleep
+    input: "{{ .input.seconds }}"
+    timeout: 120
+    retry: 3
+"""
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Topology]:
+    with Topology(executors=2, concurrency=4, lease=5.0) as topo:
+        yield topo
+
+
+@pytest.fixture(scope="module")
+def bare() -> Iterator[Topology]:
+    with Topology(executors=0, lease=5.0) as topo:
+        yield topo
+
+
+@pytest.fixture
+def bare_client(bare: Topology) -> Iterator[Any]:
+    with bare.client() as client:
+        yield client
+
+
+def node(client: Any, task_id: str, node_id: str) -> dict[str, Any]:
+    return dict(client.get(task_id)["nodes"][node_id])
+
+
+# ---------------------------------------------------------------------- cluster
+
+
+def test_financial_dag_completes_through_the_api_and_two_executors(cluster: Topology) -> None:
+    with cluster.client() as client:
+        ids = submit_batch(client, FINANCIAL, 12, tag="two-executors")
+        results = [client.wait(t, timeout=90) for t in ids]
+        assert [r.status for r in results] == ["SUCCEEDED"] * len(ids)
+        assert all(list(r.path) == ACME_PATH for r in results)
+        found = audit(client, ids, cluster)
+        assert found.problems(ids, email_nodes=["send_medium_risk_email"]) == []
+        assert found.total_commits == len(ids) * 4  # the condition is decided by the API
+        workers = {e.actor for t in ids for e in client.events(t) if e.kind == "claimed"}
+    assert workers == {cluster.worker_id(0), cluster.worker_id(1)}
+
+
+def test_each_executor_announces_its_worker_id(cluster: Topology) -> None:
+    host = os.uname().nodename
+    for index, proc in enumerate(cluster.executors):
+        assert re.fullmatch(rf"w:{re.escape(host)}:{proc.pid}:[0-9a-f]{{6}}",
+                            cluster.worker_id(index))
+    named = cluster.add_executor(worker_id="exec-named", grace=1.0)
+    try:
+        assert cluster.worker_id(named) == "exec-named"
+        assert "serving api " + cluster.grpc_target in cluster.executors[named].output()
+    finally:
+        code = cluster.executors[named].stop(signal.SIGTERM)
+    assert code == 0
+    assert "ax executor: worker exec-named stopped (graceful)" in \
+        cluster.executors[named].output()
+
+
+# ---------------------------------------------------------------------- protocol
+
+
+def test_a_late_worker_is_fenced_out_and_a_repeat_is_already_done(
+        bare: Topology, bare_client: Any) -> None:
+    task = bare_client.submit(SLEEP_DAG, {"seconds": 5}).task_id
+
+    async def scenario() -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        async with GrpcEngineClient(bare.grpc_target, token=bare.executor_token) as a, \
+                GrpcEngineClient(bare.grpc_target, token=bare.executor_token) as b:
+            first = await a.claim(task, "nap", worker="worker-a", lease_seconds=1.0)
+            seen["first"] = first
+            seen["b_early"] = await b.claim(task, "nap", worker="worker-b")
+            seen["a_beat"] = await a.heartbeat(task, "nap", fence=first.request.fence,
+                                               lease_seconds=1.0)
+            end = time.monotonic() + 20
+            second = await b.claim(task, "nap", worker="worker-b", lease_seconds=30)
+            while second.result != "claimed" and time.monotonic() < end:
+                await asyncio.sleep(0.1)  # polling the condition: A's lease has run out
+                second = await b.claim(task, "nap", worker="worker-b", lease_seconds=30)
+            seen["second"] = second
+            out = Success({"slept": 5})
+            seen["a_beat_late"] = await a.heartbeat(task, "nap", fence=first.request.fence)
+            seen["a_late"] = await a.complete(task, "nap", fence=first.request.fence,
+                                              outcome=out)
+            seen["b_done"] = await b.complete(task, "nap", fence=second.request.fence,
+                                              outcome=out)
+            seen["b_again"] = await b.complete(task, "nap", fence=second.request.fence,
+                                               outcome=out)
+        return seen
+
+    seen = asyncio.run(scenario())
+    first, second = seen["first"], seen["second"]
+    assert first.result == "claimed"
+    assert (first.request.node_type, first.request.input, first.request.attempt) == (
+        "tool_call", 5, 1)
+    assert first.request.config["tool"] == "sleep" and first.timeout == 120
+    assert seen["b_early"].result == "not-claimable"
+    assert seen["a_beat"] == "ok"
+    assert second.result == "claimed" and second.request.fence > first.request.fence
+    assert (seen["a_beat_late"], seen["a_late"]) == ("stale", "stale")
+    assert (seen["b_done"], seen["b_again"]) == ("committed", "already-done")
+    events = bare_client.events(task)
+    commits = [e for e in events if e.kind == "committed"]
+    assert [(e.node_id, e.fence, e.actor) for e in commits] == [
+        ("nap", second.request.fence, "worker-b")]
+    assert bare_client.get(task)["status"] == "SUCCEEDED"
+
+
+def test_outcomes_unavailable_refunds_and_failure_backs_off(
+        bare: Topology, bare_client: Any) -> None:
+    task = bare_client.submit(SLEEP_DAG, {"seconds": 1}).task_id
+
+    async def scenario() -> tuple[str, str, Any]:
+        async with GrpcEngineClient(bare.grpc_target, token=bare.executor_token) as c:
+            claim = await c.claim(task, "nap", worker="w-out", lease_seconds=10)
+            handed = await c.complete(task, "nap", fence=claim.request.fence,
+                                      outcome=Unavailable("executor:shutdown", "test"))
+            end = time.monotonic() + 20
+            again = await c.claim(task, "nap", worker="w-out", lease_seconds=10)
+            while again.result != "claimed" and time.monotonic() < end:
+                await asyncio.sleep(0.2)  # the unavailable delay
+                again = await c.claim(task, "nap", worker="w-out", lease_seconds=10)
+            failed = await c.complete(task, "nap", fence=again.request.fence,
+                                      outcome=Failure("boom", retryable=True))
+            backoff = await c.claim(task, "nap", worker="w-out")
+            return handed, failed, (again, backoff)
+
+    try:
+        handed, failed, (again, backoff) = asyncio.run(scenario())
+        assert (handed, failed) == ("committed", "committed")
+        assert again.request.attempt == 1  # the hand-back spent no attempt
+        assert backoff.result == "not-claimable" and backoff.reason == "backoff"
+        assert backoff.retry_after > 0
+        snap = node(bare_client, task, "nap")
+        assert snap["state"] == "WAITING" and snap["error"] == "boom"
+        kinds = [e.kind for e in bare_client.events(task)]
+        assert kinds.count("unavailable") == 1 and kinds.count("retry") == 1
+    finally:
+        bare_client.cancel(task)
+
+
+def test_side_effect_outbox_over_grpc(bare: Topology, bare_client: Any) -> None:
+    task = bare_client.submit(SLEEP_DAG, {"seconds": 1}).task_id
+    key = f"test:{task}:nap"
+
+    async def scenario() -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        async with GrpcEngineClient(bare.grpc_target, token=bare.executor_token) as a, \
+                GrpcEngineClient(bare.grpc_target, token=bare.executor_token) as b:
+            claim = await a.claim(task, "nap", worker="w-a", lease_seconds=30)
+            seen["before"] = await a.effect_get(key)
+            seen["begin"] = await a.effect_begin(key, task_id=task, node_id="nap")
+            seen["again"] = await a.effect_begin(key, task_id=task, node_id="nap")
+            await a.effect_done(key, {"message_id": "m-1"})
+            seen["after"] = await a.effect_get(key)
+            await a.complete(task, "nap", fence=claim.request.fence,
+                             outcome=Failure("retry me", retryable=True))
+            # b never claimed: its fence for the node is unknown (0 = unchecked), but a's
+            # fence is stale now and the server refuses its outbox calls.
+            try:
+                await a.effect_begin(f"{key}:2", task_id=task, node_id="nap")
+            except Conflict as exc:
+                seen["stale"] = str(exc)
+            seen["b_view"] = await b.effect_get(key)
+        return seen
+
+    try:
+        seen = asyncio.run(scenario())
+    finally:
+        bare_client.cancel(task)
+    assert seen["before"] is None
+    assert (seen["begin"], seen["again"]) == ("NEW", "SENDING")
+    assert seen["after"].state == "DONE" and seen["after"].result == {"message_id": "m-1"}
+    assert (seen["after"].task_id, seen["after"].node_id) == (task, "nap")
+    assert "stale" in seen["stale"]
+    assert seen["b_view"] == seen["after"]
+
+
+def test_grpc_errors_map_to_ax_errors(bare: Topology) -> None:
+    async def call(token: str, task: str = "t-missing") -> Any:
+        async with GrpcEngineClient(bare.grpc_target, token=token, retry_for=1) as c:
+            return await c.claim(task, "nap", worker="w")
+
+    with pytest.raises(Unauthorized):
+        asyncio.run(call("not-a-token"))
+    with pytest.raises(Forbidden, match="executor"):
+        asyncio.run(call(bare.admin_token))
+    with pytest.raises(NotFound):
+        asyncio.run(call(bare.executor_token))
+
+
+def test_client_rides_out_an_api_restart_and_gives_up_after_retry_for(
+        bare: Topology, bare_client: Any) -> None:
+    task = bare_client.submit(SLEEP_DAG, {"seconds": 1}).task_id
+    bare.kill_api()
+    restarter = threading.Thread(target=bare.start_api)
+
+    async def scenario() -> tuple[str, float, int]:
+        async with GrpcEngineClient(bare.grpc_target, token=bare.executor_token,
+                                    retry_for=0.5) as short:
+            started = time.monotonic()
+            try:
+                await short.claim(task, "nap", worker="w")
+            except StoreUnavailable:
+                gave_up = time.monotonic() - started
+            else:
+                raise AssertionError("a claim succeeded with the API down")
+        async with GrpcEngineClient(bare.grpc_target, token=bare.executor_token,
+                                    retry_for=60) as patient:
+            restarter.start()
+            claim = await patient.claim(task, "nap", worker="w", lease_seconds=30)
+            await patient.complete(task, "nap", fence=claim.request.fence,
+                                   outcome=Success({"slept": 1}))
+            return claim.result, gave_up, patient.retries
+
+    try:
+        result, gave_up, retries = asyncio.run(scenario())
+    finally:
+        restarter.join(60)
+    assert bare.api is not None and bare.api.alive()
+    assert gave_up < 5
+    assert result == "claimed" and retries > 0
+    assert bare_client.get(task)["status"] == "SUCCEEDED"
+
+
+# ---------------------------------------------------------------------- shutdown
+
+
+def _running_on(client: Any, task: str, worker: str) -> bool:
+    snap = node(client, task, "nap")
+    return bool(snap["state"] == "RUNNING" and snap["owner"] == worker)
+
+
+def test_sigterm_lets_a_node_finish_within_the_grace_period(
+        bare: Topology, bare_client: Any) -> None:
+    index = bare.add_executor(grace=20.0)
+    proc = bare.executors[index]
+    task = bare_client.submit(SLEEP_DAG, {"seconds": 1.5}).task_id
+    wait_until(lambda: _running_on(bare_client, task, bare.worker_id(index)), 20,
+               what="the node running on the executor")
+    started = time.monotonic()
+    assert proc.stop(signal.SIGTERM, timeout=30) == 0
+    assert time.monotonic() - started < 10
+    assert bare_client.get(task)["status"] == "SUCCEEDED"
+    kinds = [e.kind for e in bare_client.events(task)]
+    assert (kinds.count("claimed"), kinds.count("committed"), kinds.count("unavailable")) == (
+        1, 1, 0)
+    assert "stopped (graceful)" in proc.output()
+
+
+def test_nodes_still_running_after_the_grace_are_handed_back_without_an_attempt(
+        bare: Topology, bare_client: Any) -> None:
+    index = bare.add_executor(grace=0.5)
+    proc = bare.executors[index]
+    worker = bare.worker_id(index)
+    task = bare_client.submit(SLEEP_DAG, {"seconds": 3}).task_id
+    wait_until(lambda: _running_on(bare_client, task, worker), 20,
+               what="the node running on the executor")
+    started = time.monotonic()
+    assert proc.stop(signal.SIGTERM, timeout=30) == 0
+    assert time.monotonic() - started < 8
+    snap = node(bare_client, task, "nap")
+    assert snap["state"] == "WAITING" and snap["attempt"] == 0
+    assert snap["evidence"].startswith("executor:shutdown: executor " + worker)
+    assert "handed back 1" in proc.output()
+    assert re.search(rf"handed back {task}/nap fence=1: committed", proc.output())
+    # Another executor runs it to the end: attempt 1 again, one commit.
+    other = bare.add_executor(grace=20.0)
+    try:
+        result = bare_client.wait(task, timeout=60)
+    finally:
+        bare.executors[other].stop()
+    assert result.status == "SUCCEEDED"
+    events = bare_client.events(task)
+    claims = [(e.attempt, e.actor) for e in events if e.kind == "claimed"]
+    assert claims == [(1, worker), (1, bare.worker_id(other))]
+    assert [e.kind for e in events].count("committed") == 1
+
+
+def test_a_second_signal_ends_the_grace_period_at_once(
+        bare: Topology, bare_client: Any) -> None:
+    index = bare.add_executor(grace=60.0)
+    proc = bare.executors[index]
+    task = bare_client.submit(SLEEP_DAG, {"seconds": 60}).task_id
+    try:
+        wait_until(lambda: _running_on(bare_client, task, bare.worker_id(index)), 20,
+                   what="the node running on the executor")
+        started = time.monotonic()
+        proc.send(signal.SIGTERM)
+        proc.wait_for_line(r"get 60.0s to finish", timeout=10)
+        proc.send(signal.SIGINT)
+        assert proc.stop(signal.SIGTERM, timeout=30) == 0
+        assert time.monotonic() - started < 10
+        assert "second SIGINT; ending the grace period now" in proc.output()
+        assert node(bare_client, task, "nap")["state"] == "WAITING"
+    finally:
+        bare_client.cancel(task)
