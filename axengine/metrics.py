@@ -17,7 +17,6 @@ Where each metric comes from:
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from collections import deque
@@ -223,13 +222,16 @@ class AxMetrics:
             for skv in await engine.store.range(engine.keys.snapshots(task.task_id)):
                 snap = codec.decode_snapshot(skv.value)
                 if snap.state is NodeState.WAITING and snap.not_before <= now and snap.ready_at:
-                    oldest = max(oldest, now - snap.ready_at)
+                    # Due since it became ready, or since its backoff ended.
+                    oldest = max(oldest, now - max(snap.ready_at, snap.not_before))
         self.oldest_waiting.set(oldest)
 
     async def render(self, engine: Any) -> bytes:
         """Drain, refresh (a failing backend leaves the gauges as they were) and return
         the Prometheus text exposition."""
         await self.drain(engine)
-        with contextlib.suppress(Exception):
+        try:
             await self.refresh(engine)
+        except Exception as exc:
+            log.warning("metrics: cannot read the queue or the store: %r", exc)
         return bytes(generate_latest(self.registry))

@@ -266,7 +266,8 @@ def _validation_message(exc: RequestValidationError) -> str:
 def _install_error_handlers(app: FastAPI) -> None:
     async def ax_error(request: Request, exc: Exception) -> Response:
         status = status_of(exc)
-        if status.http >= 500 and status.http != 503:
+        # Errors that are not AxError propagate to uvicorn too, which logs them.
+        if isinstance(exc, AxError) and status.http >= 500 and status.http != 503:
             log.error("%s %s failed", request.method, request.url.path, exc_info=exc)
         headers = _auth_headers(exc) if isinstance(exc, Unauthorized) else None
         return _json_response(status.http, error_body(exc), headers)

@@ -230,7 +230,8 @@ class ApiServer:
             grpc_address = await self._start_grpc() if opts.grpc else None
         except BaseException:
             await self._shutdown_listeners()
-            await self._runtime.close()
+            runtime, self._runtime = self._runtime, None
+            await runtime.close()
             raise
         self._background.append(asyncio.create_task(self._reconcile_loop()))
         if opts.run_worker:

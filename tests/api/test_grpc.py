@@ -55,9 +55,9 @@ def stubs_for() -> Iterator[Any]:
         stubs.close()
 
 
-def code_of(call: Any) -> grpc.StatusCode:
+def code_of(call: Any, *args: Any, **kwargs: Any) -> grpc.StatusCode:
     with pytest.raises(grpc.RpcError) as info:
-        call()
+        call(*args, **kwargs)
     code: grpc.StatusCode = info.value.code()
     return code
 
@@ -167,7 +167,7 @@ def test_failure_backoff_unavailable_and_cancel_make_fences_stale(
     assert late.result == pb.COMPLETE_RESULT_STALE
     assert late.snapshot.state == pb.NODE_STATE_CANCELLED
     no_outcome = pb.CompleteRequest(task_id=other, node_id="hello", fence=1)
-    assert code_of(lambda: ex.Complete(no_outcome, metadata=md)) == \
+    assert code_of(ex.Complete, no_outcome, metadata=md) == \
         grpc.StatusCode.INVALID_ARGUMENT
     text = handle.client(None).get("/metrics").text
     assert 'ax_node_outcomes_total{node_type="llm_call",outcome="stale"} 1.0' in text
@@ -206,7 +206,7 @@ def test_effect_outbox(api_server: ServerFactory, stubs_for: Any) -> None:
     assert ex.EffectGet(pb.EffectGetRequest(key="mail-2"), metadata=md).state == \
         pb.EFFECT_STATE_UNKNOWN
     never = pb.EffectDoneRequest(key="never", result_json="{}", **ids)
-    assert code_of(lambda: ex.EffectDone(never, metadata=md)) == grpc.StatusCode.NOT_FOUND
+    assert code_of(ex.EffectDone, never, metadata=md) == grpc.StatusCode.NOT_FOUND
 
 
 def test_ax_service_operations(api_server: ServerFactory, stubs_for: Any) -> None:
@@ -224,10 +224,10 @@ def test_ax_service_operations(api_server: ServerFactory, stubs_for: Any) -> Non
     assert not repeat.created and repeat.task.task_id == task_id
     conflict = pb.SubmitTaskRequest(dag_yaml=GATE_YAML, input_json='{"text":"other"}',
                                     idempotency_key="g1")
-    assert code_of(lambda: ax.SubmitTask(conflict, metadata=TOKEN["submit"])) == \
+    assert code_of(ax.SubmitTask, conflict, metadata=TOKEN["submit"]) == \
         grpc.StatusCode.ALREADY_EXISTS
     bad_json = pb.SubmitTaskRequest(dag_yaml=GATE_YAML, input_json="{nope")
-    assert code_of(lambda: ax.SubmitTask(bad_json, metadata=TOKEN["submit"])) == \
+    assert code_of(ax.SubmitTask, bad_json, metadata=TOKEN["submit"]) == \
         grpc.StatusCode.INVALID_ARGUMENT
     # Watch: replay then live, until the task is final; the gate is decided meanwhile.
     stream = ax.WatchTask(pb.WatchTaskRequest(task_id=task_id), metadata=TOKEN["submit"])
@@ -237,7 +237,7 @@ def test_ax_service_operations(api_server: ServerFactory, stubs_for: Any) -> Non
         if event.kind == "task_paused":
             not_gate = pb.DecideRequest(task_id=task_id, node_id="draft",
                                         decision=pb.DECISION_APPROVE)
-            assert code_of(lambda: ax.Decide(not_gate, metadata=TOKEN["approve"])) == \
+            assert code_of(ax.Decide, not_gate, metadata=TOKEN["approve"]) == \
                 grpc.StatusCode.INVALID_ARGUMENT
             decided = ax.Decide(pb.DecideRequest(task_id=task_id, node_id="review",
                                                  decision=pb.DECISION_APPROVE, by="mallory"),
@@ -250,7 +250,7 @@ def test_ax_service_operations(api_server: ServerFactory, stubs_for: Any) -> Non
             assert again.repeated
             flip = pb.DecideRequest(task_id=task_id, node_id="review",
                                     decision=pb.DECISION_REJECT)
-            assert code_of(lambda: ax.Decide(flip, metadata=TOKEN["approve"])) == \
+            assert code_of(ax.Decide, flip, metadata=TOKEN["approve"]) == \
                 grpc.StatusCode.FAILED_PRECONDITION
     assert kinds[0] == "submitted" and kinds[-1] == "task_succeeded" and "decided" in kinds
     events = ax.GetEvents(pb.GetEventsRequest(task_id=task_id), metadata=TOKEN["submit"])
@@ -263,15 +263,15 @@ def test_ax_service_operations(api_server: ServerFactory, stubs_for: Any) -> Non
     retried = ax.RetryTask(pb.RetryTaskRequest(task_id=task_id, from_node="publish"),
                            metadata=TOKEN["admin"])
     assert retried.task.status == pb.TASK_STATUS_RUNNING
-    assert code_of(lambda: ax.RetryTask(pb.RetryTaskRequest(task_id=task_id),
-                                        metadata=TOKEN["admin"])) == \
+    assert code_of(ax.RetryTask, pb.RetryTaskRequest(task_id=task_id),
+                                        metadata=TOKEN["admin"]) == \
         grpc.StatusCode.INVALID_ARGUMENT
     missing = pb.GetTaskRequest(task_id="t-none")
-    assert code_of(lambda: ax.GetTask(missing, metadata=TOKEN["submit"])) == \
+    assert code_of(ax.GetTask, missing, metadata=TOKEN["submit"]) == \
         grpc.StatusCode.NOT_FOUND
     watch_missing = ax.WatchTask(pb.WatchTaskRequest(task_id="t-none"),
                                  metadata=TOKEN["submit"])
-    assert code_of(lambda: list(watch_missing)) == grpc.StatusCode.NOT_FOUND
+    assert code_of(list, watch_missing) == grpc.StatusCode.NOT_FOUND
     valid = ax.ValidateDag(pb.ValidateDagRequest(dag_yaml=GATE_YAML), metadata=TOKEN["submit"])
     assert valid.ok and valid.dag_name == "gated" and len(valid.dag_hash) == 64
     invalid = ax.ValidateDag(pb.ValidateDagRequest(
@@ -286,23 +286,23 @@ def test_grpc_auth(api_server: ServerFactory, stubs_for: Any) -> None:
     stubs = stubs_for(handle)
     before = handle.revision()
     request = pb.SubmitTaskRequest(dag_yaml=SEED_YAML)
-    assert code_of(lambda: stubs.ax.SubmitTask(request)) == grpc.StatusCode.UNAUTHENTICATED
+    assert code_of(stubs.ax.SubmitTask, request) == grpc.StatusCode.UNAUTHENTICATED
     wrong = (("authorization", "Bearer not-a-token"),)
-    assert code_of(lambda: stubs.ax.SubmitTask(request, metadata=wrong)) == \
+    assert code_of(stubs.ax.SubmitTask, request, metadata=wrong) == \
         grpc.StatusCode.UNAUTHENTICATED
-    assert code_of(lambda: stubs.ax.SubmitTask(request, metadata=TOKEN["approve"])) == \
+    assert code_of(stubs.ax.SubmitTask, request, metadata=TOKEN["approve"]) == \
         grpc.StatusCode.PERMISSION_DENIED
-    assert code_of(lambda: stubs.ax.SubmitTask(request, metadata=TOKEN["executor"])) == \
+    assert code_of(stubs.ax.SubmitTask, request, metadata=TOKEN["executor"]) == \
         grpc.StatusCode.PERMISSION_DENIED
     claim = pb.ClaimRequest(task_id="t-x", node_id="n", worker_id="w")
-    assert code_of(lambda: stubs.ex.Claim(claim, metadata=TOKEN["admin"])) == \
+    assert code_of(stubs.ex.Claim, claim, metadata=TOKEN["admin"]) == \
         grpc.StatusCode.PERMISSION_DENIED
-    assert code_of(lambda: stubs.ex.Claim(claim)) == grpc.StatusCode.UNAUTHENTICATED
+    assert code_of(stubs.ex.Claim, claim) == grpc.StatusCode.UNAUTHENTICATED
     cancel = pb.CancelTaskRequest(task_id="t-x")
-    assert code_of(lambda: stubs.ax.CancelTask(cancel, metadata=TOKEN["submit"])) == \
+    assert code_of(stubs.ax.CancelTask, cancel, metadata=TOKEN["submit"]) == \
         grpc.StatusCode.PERMISSION_DENIED
     assert handle.revision() == before
     # Any role reads; an unknown task is then NOT_FOUND, not a permission problem.
-    assert code_of(lambda: stubs.ax.GetTask(pb.GetTaskRequest(task_id="t-x"),
-                                            metadata=TOKEN["executor"])) == \
+    assert code_of(stubs.ax.GetTask, pb.GetTaskRequest(task_id="t-x"),
+                                            metadata=TOKEN["executor"]) == \
         grpc.StatusCode.NOT_FOUND
