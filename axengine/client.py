@@ -321,6 +321,7 @@ class Client(_Base):
                                   transport=transport)
 
     def close(self) -> None:
+        """Close the connection pool."""
         self._http.close()
 
     def __enter__(self) -> Client:
@@ -543,6 +544,7 @@ class AsyncClient(_Base):
                                        timeout=timeout, transport=transport)
 
     async def close(self) -> None:
+        """Close the connection pool."""
         await self._http.aclose()
 
     async def __aenter__(self) -> AsyncClient:

@@ -44,7 +44,7 @@ class Server:
 
     def start(self, timeout: float = 20.0) -> None:
         with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(  # noqa: S603 - fixed argv of a test binary
+            self.proc = subprocess.Popen(
                 self.argv, stdout=log, stderr=subprocess.STDOUT, cwd=self.data_dir,
                 start_new_session=True,
             )
@@ -103,7 +103,8 @@ def _wait_etcd_ready(port: int, proc: subprocess.Popen[bytes], timeout: float, l
 
 
 def _binary(name: str) -> str:
-    path = shutil.which(name) or (f"/usr/bin/{name}" if os.path.exists(f"/usr/bin/{name}") else None)
+    fallback = f"/usr/bin/{name}"
+    path = shutil.which(name) or (fallback if os.path.exists(fallback) else None)
     if path is None:
         raise RuntimeError(
             f"{name} not found; run scripts/test (it installs etcd-server and redis-server)"

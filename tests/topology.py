@@ -30,7 +30,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,7 +43,9 @@ __all__ = [
     "Proc",
     "Topology",
     "audit",
+    "batch_progress",
     "main",
+    "submit_batch",
     "wait_until",
 ]
 
@@ -419,6 +421,21 @@ class Topology:
         finally:
             client.close()
 
+    def queued(self) -> set[tuple[str, str]]:
+        """Every ``(task_id, node_id)`` in a lane, the delayed set or a processing list."""
+        import asyncio
+
+        from axengine.queue.redis import RedisQueue
+
+        async def read() -> set[tuple[str, str]]:
+            queue = RedisQueue.from_url(self.queue_url)
+            try:
+                return await queue.queued()
+            finally:
+                await queue.close()
+
+        return asyncio.run(read())
+
     def restart_etcd(self, down_for: float = 0.0) -> None:
         """Stop etcd and start it again on the same data dir and ports."""
         assert self.etcd is not None
@@ -497,18 +514,25 @@ class Audit:
         return out
 
 
-def audit(client: Any, task_ids: Sequence[str], topology: Topology | None = None) -> Audit:
+def audit(client: Any, task_ids: Sequence[str], topology: Topology | None = None,
+          *, threads: int = 8) -> Audit:
     """Read every task's nodes and events through the API (and the mailbox)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def fetch(task_id: str) -> tuple[str, dict[str, Any], list[Any]]:
+        return task_id, client.get(task_id), client.events(task_id)
+
     result = Audit()
-    for task_id in task_ids:
-        task = client.get(task_id)
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        fetched = list(pool.map(fetch, task_ids))
+    for task_id, task, events in fetched:
         result.statuses[task["status"]] += 1
         for node_id, node in task["nodes"].items():
             if node["state"] == "SUCCEEDED":
                 result.succeeded_nodes.add((task_id, node_id))
         last_claim: dict[str, int] = {}
         last_fence: dict[str, int] = {}
-        for event in client.events(task_id):
+        for event in events:
             if not event.node_id:
                 continue
             if event.fence < last_fence.get(event.node_id, 0):
@@ -533,30 +557,30 @@ def audit(client: Any, task_ids: Sequence[str], topology: Topology | None = None
     if topology is not None:
         wanted = set(task_ids)
         for headers in topology.emails():
-            key = headers.get("X-Ax-Idempotency-Key", "")
-            parts = key.split(":")
+            parts = headers.get("X-Ax-Idempotency-Key", "").split(":")
             if len(parts) >= 2 and parts[1] in wanted:
                 result.emails[parts[1]] += 1
     return result
 
 
-def submit_batch(client: Any, dag: Any, n: int, *, tag: str,
+def submit_batch(client: Any, dag: Any, n: int, *, tag: str, first: int = 0,
                  input_of: Callable[[int], Any] | None = None) -> list[str]:
-    """Submit ``n`` tasks with distinct inputs and idempotency keys ``{tag}-{i}``."""
+    """Submit ``n`` tasks labelled ``batch={tag}``, with distinct inputs (ACME's report
+    by default) and idempotency keys ``{tag}-{i}`` for ``i`` from ``first`` (so a retried
+    submission after an API crash names the same task)."""
     pdf = "dags/inputs/acme_annual_report.pdf"
     ids = []
-    for i in range(n):
+    for i in range(first, first + n):
         task_input = input_of(i) if input_of else {"pdf_url": pdf, "batch": tag, "n": i}
-        ids.append(client.submit(dag, task_input, idempotency_key=f"{tag}-{i}").task_id)
+        ids.append(client.submit(dag, task_input, idempotency_key=f"{tag}-{i}",
+                                 labels={"batch": tag}).task_id)
     return ids
 
 
-def finished(client: Any, task_ids: Sequence[str]) -> Iterator[str]:
-    """Ids of the tasks (of ``task_ids``) that are final now."""
-    final = {"SUCCEEDED", "FAILED", "DEAD", "CANCELLED"}
-    for task_id in task_ids:
-        if client.get(task_id)["status"] in final:
-            yield task_id
+def batch_progress(client: Any, tag: str) -> tuple[int, int]:
+    """``(final, submitted)`` tasks of batch ``tag`` (one list request)."""
+    tasks = client.list_tasks(label=f"batch={tag}", limit=10_000)
+    return sum(1 for t in tasks if t.status.final), len(tasks)
 
 
 # ---------------------------------------------------------------------- script

@@ -268,7 +268,8 @@ class ExecutorServicer(_Base):
     @rpc("executor")
     async def Progress(self, request: Any, context: Any, who: Principal) -> Any:
         answer = await self.engine.progress(request.task_id, request.node_id,
-                                            fence=request.fence, marker=request.marker)
+                                            fence=request.fence, marker=request.marker,
+                                            lease_seconds=request.lease_seconds or None)
         if answer != "ok":
             return pb.ProgressReply(result=pb.LEASE_RESULT_STALE)
         return pb.ProgressReply(result=pb.LEASE_RESULT_OK, progress_at=self.engine.clock())

@@ -88,6 +88,10 @@ class Reconciler:
         engine = self.engine
         report = ReconcileReport()
         now = engine.clock()
+        for worker in sorted(await engine.queue.workers()):
+            if owner_is_dead(worker):
+                # Its unacked items go back to the lanes now rather than after stuck_after.
+                await engine.queue.recover(worker)
         queued = await engine.queue.queued()
         kvs = await engine.store.range(engine.keys.tasks())
         still_waiting: dict[tuple[str, str], float] = {}

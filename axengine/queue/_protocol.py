@@ -78,6 +78,11 @@ class WorkQueue(Protocol):
         processing list (used by the reconciler to find lost work)."""
         ...
 
+    async def workers(self) -> set[str]:
+        """Ids of every worker that popped from this queue and may hold items in its
+        processing list (the reconciler recovers those of dead workers)."""
+        ...
+
     async def depth(self, lane: str) -> int:
         """Number of items waiting in ``lane`` (not counting delayed items)."""
         ...

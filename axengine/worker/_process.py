@@ -15,6 +15,10 @@ adds what a long-lived process needs on top of the worker loop:
 - **Queue outages.** A Redis error ends one worker loop, not the process: a new loop
   (same worker id, so the processing list is recovered) starts after a backoff, a bounded
   number of times in a row.
+- **Dead neighbours.** Every few seconds the executor hands back the unacked queue items
+  of workers on its own host whose process is gone (a SIGKILLed executor that came back
+  under a new id never recovers its old processing list itself; without this its items
+  would wait for the reconciler's stuck-item timeout).
 
 A SIGKILL leaves no chance for any of this and needs none: the node's lease expires (or
 the reconciler sees the owner's PID is gone), its fence is bumped and it runs elsewhere.
@@ -31,6 +35,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from axengine.engine import owner_is_dead
 from axengine.engine._shell import host_pid_owner
 from axengine.errors import AxError, QueueError
 from axengine.queue import DEFAULT_LANE, FAST_LANE, WorkItem, WorkQueue
@@ -58,6 +63,10 @@ SETTLE_SECONDS = 5.0
 MAX_QUEUE_RESTARTS = 20
 #: Longest pause between two worker loops after a queue error.
 MAX_QUEUE_BACKOFF = 5.0
+#: A worker loop that served this long before failing resets the restart count.
+HEALTHY_LOOP_SECONDS = 60.0
+#: Seconds between two looks for dead workers on this host.
+REAP_INTERVAL = 5.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -258,6 +267,8 @@ class Executor:
             if isinstance(ctx, RunContext):
                 flight.ctx = ctx
             if flight.handed_back:
+                if isinstance(ctx, RunContext):
+                    ctx.mark_stale()  # the worker acks without completing
                 return Failure("handed back at shutdown before it started", retryable=True)
         return self._handler(request, ctx)
 
@@ -271,10 +282,13 @@ class Executor:
         failures = 0
         while not stop.is_set():
             self.worker = self._new_worker()
+            began = time.monotonic()
             try:
                 await self.worker.run(stop)
                 return
             except QueueError as exc:
+                if time.monotonic() - began > HEALTHY_LOOP_SECONDS:
+                    failures = 0
                 failures += 1
                 if failures > MAX_QUEUE_RESTARTS:
                     raise
@@ -286,6 +300,31 @@ class Executor:
                     await asyncio.wait_for(stop.wait(), timeout=pause)
             finally:
                 self.report.processed += self.worker.processed
+
+    async def reap_dead_workers(self) -> int:
+        """Move the unacked items of dead workers on this host back to their lanes;
+        return how many moved. A worker counts as dead only when its id names this host
+        and a PID that no longer exists, so a live worker is never robbed."""
+        list_workers = getattr(self.queue, "workers", None)
+        if list_workers is None:
+            return 0
+        moved = 0
+        for worker in sorted(await list_workers()):
+            if worker != self.worker_id and owner_is_dead(worker):
+                count = await self.queue.recover(worker)
+                if count:
+                    log.info("recovered %d unacked item(s) of dead worker %s", count, worker)
+                moved += count
+        return moved
+
+    async def _reaper(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                await self.reap_dead_workers()
+            except QueueError as exc:
+                log.debug("looking for dead workers failed: %s", exc)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=REAP_INTERVAL)
 
     async def run(self, stop: asyncio.Event, *, hurry: asyncio.Event | None = None
                   ) -> ShutdownReport:
@@ -303,6 +342,7 @@ class Executor:
         """
         hurry = hurry or asyncio.Event()
         serving = asyncio.create_task(self._serve(stop), name=f"ax-executor-{self.worker_id}")
+        reaper = asyncio.create_task(self._reaper(stop))
         stopping = asyncio.create_task(stop.wait())
         try:
             await asyncio.wait({serving, stopping}, return_when=asyncio.FIRST_COMPLETED)
@@ -320,12 +360,17 @@ class Executor:
                 await self._hand_back()
                 await asyncio.wait({serving}, timeout=SETTLE_SECONDS)
             if not serving.done():
+                await self._hand_back()  # anything claimed since the first hand-back
                 serving.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await serving
-            serving.result()  # a fatal error of the loop propagates
+            if not serving.cancelled():
+                serving.result()  # a fatal error of the loop propagates
         finally:
             stopping.cancel()
+            reaper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await reaper
             if not serving.done():
                 serving.cancel()
         return self.report

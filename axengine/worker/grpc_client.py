@@ -166,6 +166,7 @@ class GrpcEngineClient:
 
     @property
     def stub(self) -> Any:
+        """The ``ExecutorService`` stub (channel opened on first use)."""
         if self._stub is None:
             # Created on first use so the channel binds to the running event loop.
             self._channel = grpc.aio.insecure_channel(self.target, options=self._options)
@@ -267,13 +268,13 @@ class GrpcEngineClient:
 
     async def progress(self, task_id: str, node_id: str, *, fence: int, marker: str,
                        lease_seconds: float | None = None) -> str:
-        """Record a checkpoint: ``ok`` or ``stale``. (The API renews the lease with its
-        default length; the message carries none.)"""
+        """Record a checkpoint (renewing the lease): ``ok`` or ``stale``."""
         _, worker = self._fence_of(task_id, node_id)
         reply = await self._call(f"progress {task_id}/{node_id}", self.stub.Progress,
                                  ax_pb2.ProgressRequest(task_id=task_id, node_id=node_id,
                                                         fence=fence, worker_id=worker,
-                                                        marker=marker))
+                                                        marker=marker,
+                                                        lease_seconds=lease_seconds or 0.0))
         return self._lease_answer(task_id, node_id, fence, reply.result)
 
     def _lease_answer(self, task_id: str, node_id: str, fence: int, result: int) -> str:
@@ -285,6 +286,8 @@ class GrpcEngineClient:
     def _forget(self, task_id: str, node_id: str, fence: int) -> None:
         if self._claims.get((task_id, node_id), (None, ""))[0] == fence:
             del self._claims[(task_id, node_id)]
+            for key in [k for k, v in self._effects.items() if v == (task_id, node_id)]:
+                del self._effects[key]
 
     async def complete(self, task_id: str, node_id: str, *, fence: int,
                        outcome: Outcome) -> str:
@@ -334,13 +337,22 @@ class GrpcEngineClient:
         return state
 
     async def effect_done(self, key: str, result: Mapping[str, Any]) -> None:
-        """Outbox SENDING → DONE with ``result``."""
-        task_id, node_id = self._effects.pop(key, ("", ""))
+        """Outbox SENDING → DONE with ``result``.
+
+        Raises:
+            Conflict: This process's fence for the node is stale: the record was not
+                marked DONE (the next attempt settles it, see ``effect_begin``).
+        """
+        task_id, node_id = self._effects.get(key, ("", ""))
         fence, worker = self._fence_of(task_id, node_id)
-        await self._call(f"effect_done {key}", self.stub.EffectDone,
-                         ax_pb2.EffectDoneRequest(key=key, task_id=task_id, node_id=node_id,
-                                                  fence=fence, worker_id=worker,
-                                                  result_json=codec.canonical_json(dict(result))))
+        reply = await self._call(
+            f"effect_done {key}", self.stub.EffectDone,
+            ax_pb2.EffectDoneRequest(key=key, task_id=task_id, node_id=node_id, fence=fence,
+                                     worker_id=worker,
+                                     result_json=codec.canonical_json(dict(result))))
+        if reply.lease == ax_pb2.LEASE_RESULT_STALE:
+            raise Conflict(f"effect {key}: fence {fence} of {task_id}/{node_id} is stale; "
+                           "the outbox record was not marked done")
 
     async def effect_get(self, key: str) -> codec.EffectRecord | None:
         """The outbox record, or None when nothing was begun under ``key``."""

@@ -548,18 +548,20 @@ class HeartbeatReply(_message.Message):
     def __init__(self, result: _Optional[_Union[LeaseResult, str]] = ..., lease_until: _Optional[float] = ...) -> None: ...
 
 class ProgressRequest(_message.Message):
-    __slots__ = ("task_id", "node_id", "fence", "worker_id", "marker")
+    __slots__ = ("task_id", "node_id", "fence", "worker_id", "marker", "lease_seconds")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     FENCE_FIELD_NUMBER: _ClassVar[int]
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     MARKER_FIELD_NUMBER: _ClassVar[int]
+    LEASE_SECONDS_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     node_id: str
     fence: int
     worker_id: str
     marker: str
-    def __init__(self, task_id: _Optional[str] = ..., node_id: _Optional[str] = ..., fence: _Optional[int] = ..., worker_id: _Optional[str] = ..., marker: _Optional[str] = ...) -> None: ...
+    lease_seconds: float
+    def __init__(self, task_id: _Optional[str] = ..., node_id: _Optional[str] = ..., fence: _Optional[int] = ..., worker_id: _Optional[str] = ..., marker: _Optional[str] = ..., lease_seconds: _Optional[float] = ...) -> None: ...
 
 class ProgressReply(_message.Message):
     __slots__ = ("result", "progress_at")
