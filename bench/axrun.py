@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import cProfile
-import io
 import pstats
 import secrets
 import shutil
@@ -37,7 +36,16 @@ from axengine.worker import Worker
 from bench import shapes
 from bench.common import cpu_seconds, rate, summary
 
-__all__ = ["CountingQueue", "CountingStore", "proc_cpu", "run", "timeline_latencies"]
+__all__ = [
+    "CLEAN_EVENTS",
+    "CountingQueue",
+    "CountingStore",
+    "anomalies",
+    "proc_cpu",
+    "run",
+    "slowest_commit",
+    "timeline_latencies",
+]
 
 
 class CountingStore:
@@ -171,6 +179,21 @@ def timeline_latencies(events: Sequence[Event]) -> dict[str, list[float]]:
     return out
 
 
+def slowest_commit(events: Sequence[Event]) -> tuple[str, float]:
+    """The node of one task whose last claim took longest to commit, and that time in
+    seconds (``("", 0.0)`` when nothing committed)."""
+    claimed: dict[str, float] = {}
+    worst = ("", 0.0)
+    for event in events:
+        if event.kind == "claimed":
+            claimed[event.node_id] = event.at
+        elif event.kind == "committed" and event.node_id in claimed:
+            took = event.at - claimed[event.node_id]
+            if took > worst[1]:
+                worst = (event.node_id, took)
+    return worst
+
+
 async def _run(spec: dict[str, Any]) -> dict[str, Any]:
     home = Path(spec.get("home") or tempfile.mkdtemp(prefix="ax-bench-"))
     prefix = spec.get("prefix") or f"/bench-{secrets.token_hex(4)}"
@@ -224,7 +247,7 @@ async def _run(spec: dict[str, Any]) -> dict[str, Any]:
         await asyncio.gather(*(one(-1 - j, warm, asyncio.Semaphore(1), []) for j in range(2)))
         ids.clear()
         statuses.clear()
-        dag = load_dag_mapping(shapes.shape(kind, size))
+        dag = load_dag_mapping(shapes.shape(kind, size, lane=spec.get("lane")))
         await engine.put_dag(dag)
         store.counts.clear()
         queue.counts.clear()
@@ -243,8 +266,14 @@ async def _run(spec: dict[str, Any]) -> dict[str, Any]:
                       for name, pid in spec.get("server_pids", {}).items()}
         counts_store, counts_queue = dict(store.counts), dict(queue.counts)
         latencies: dict[str, list[float]] = {}
+        kinds: Counter[str] = Counter()
+        slowest = ("", 0.0)
         for task_id in ids[: int(spec.get("latency_tasks", tasks))]:
-            for key, values in timeline_latencies(await engine.events(task_id)).items():
+            events = await engine.events(task_id)
+            kinds.update(e.kind for e in events)
+            worst = slowest_commit(events)
+            slowest = worst if worst[1] > slowest[1] else slowest
+            for key, values in timeline_latencies(events).items():
                 latencies.setdefault(key, []).extend(values)
     finally:
         stop.set()
@@ -265,6 +294,7 @@ async def _run(spec: dict[str, Any]) -> dict[str, Any]:
     result: dict[str, Any] = {
         "shape": kind, "size": size, "tasks": tasks, "inflight": inflight,
         "worker_concurrency": spec.get("worker_concurrency", 8),
+        "lane": spec.get("lane") or "default",
         "declared_nodes_per_task": len(dag.nodes), "nodes_per_task": nodes_per_task,
         "nodes": nodes, "statuses": dict(statuses),
         "wall_s": round(wall, 4),
@@ -274,6 +304,10 @@ async def _run(spec: dict[str, Any]) -> dict[str, Any]:
         "server_cpu_s": server_cpu,
         "submit": summary(submit_times),
         "node_latency": {k: summary(v) for k, v in latencies.items()},
+        "event_kinds": dict(kinds), "anomalies": anomalies(kinds),
+        "slowest_commit": {"node": slowest[0],
+                           "claimed_to_committed_s": round(slowest[1], 4),
+                           "share_of_wall": round(slowest[1] / wall, 4) if wall else 0.0},
         "store": counts_store, "queue": counts_queue,
         "write_txns_per_node": round(counts_store.get("write_txns", 0) / nodes, 3),
         "txns_per_node": round(counts_store.get("txn", 0) / nodes, 3),
@@ -283,6 +317,17 @@ async def _run(spec: dict[str, Any]) -> dict[str, Any]:
     if profiler is not None:
         result["profile"] = profile_summary(profiler, int(spec.get("profile_top", 25)))
     return result
+
+
+#: Timeline events of a clean run; any other kind (``lease_expired``, ``retry``,
+#: ``unavailable``, ``failed``...) means a node did not go straight through.
+CLEAN_EVENTS = frozenset({"submitted", "ready", "claimed", "committed", "skipped",
+                          "task_succeeded"})
+
+
+def anomalies(kinds: Counter[str]) -> dict[str, int]:
+    """Event kinds of ``kinds`` that a clean run does not produce, with their counts."""
+    return {k: n for k, n in sorted(kinds.items()) if k not in CLEAN_EVENTS}
 
 
 def profile_summary(profiler: cProfile.Profile, top: int) -> dict[str, Any]:
@@ -297,8 +342,6 @@ def profile_summary(profiler: cProfile.Profile, top: int) -> dict[str, Any]:
                      "tottime_share": round(tottime / total, 4) if total else 0.0})
     by_tot = sorted(rows, key=lambda r: -r["tottime_s"])[:top]
     by_cum = sorted(rows, key=lambda r: -r["cumtime_s"])[:top]
-    text = io.StringIO()
-    pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(top)
     return {"total_s": round(total, 4), "by_tottime": by_tot, "by_cumtime": by_cum}
 
 

@@ -15,6 +15,7 @@ synchronous LangGraph application serves several requests.
 
 from __future__ import annotations
 
+import itertools
 import operator
 import secrets
 import shutil
@@ -59,7 +60,7 @@ def _stamp(stamps: Stamps, name: str) -> None:
 def _chain_graph(n: int, stamps: Stamps) -> Any:
     from langgraph.graph import END, START, StateGraph
 
-    graph = StateGraph(_ChainState)
+    graph: Any = StateGraph(_ChainState)
 
     def make(i: int) -> Callable[[_ChainState], dict[str, Any]]:
         name = f"n{i}"
@@ -82,7 +83,7 @@ def _chain_graph(n: int, stamps: Stamps) -> Any:
 def _fanout_graph(width: int, stamps: Stamps) -> Any:
     from langgraph.graph import END, START, StateGraph
 
-    graph = StateGraph(_FanState)
+    graph: Any = StateGraph(_FanState)
 
     def make(name: str, value: int) -> Callable[[_FanState], dict[str, Any]]:
         def node(state: _FanState) -> dict[str, Any]:
@@ -106,7 +107,7 @@ def _fanout_graph(width: int, stamps: Stamps) -> Any:
 def _financial_graph(stamps: Stamps) -> Any:
     from langgraph.graph import END, START, StateGraph
 
-    graph = StateGraph(_FinState)
+    graph: Any = StateGraph(_FinState)
 
     def parse_pdf(state: _FinState) -> dict[str, Any]:
         _stamp(stamps, "parse_pdf")
@@ -169,12 +170,21 @@ def _saver(path: Path) -> tuple[Any, sqlite3.Connection]:
 def _chain_steps(stamps: Stamps) -> list[float]:
     """Intervals between consecutive node starts (one chain run's stamps, in order)."""
     times = [t for _, t in stamps]
-    return [b - a for a, b in zip(times, times[1:], strict=False)]
+    return [b - a for a, b in itertools.pairwise(times)]
 
 
 def run(spec: dict[str, Any]) -> dict[str, Any]:
-    """Run one LangGraph workload: ``shape``, ``size``, ``tasks``, ``inflight``."""
-    import langgraph.version
+    """Run one LangGraph workload: ``shape``, ``size``, ``tasks``, ``inflight``.
+
+    Raises:
+        RuntimeError: LangGraph is not installed (``scripts/bootstrap bench`` installs it).
+    """
+    try:
+        import langgraph.version
+        from langgraph.checkpoint.sqlite import SqliteSaver  # noqa: F401 - checked here
+    except ImportError as exc:
+        raise RuntimeError(f"the peer is not installed ({exc}): run scripts/bootstrap bench "
+                           "(bench/run does)") from exc
 
     kind, size = spec["shape"], int(spec.get("size", 0))
     tasks, inflight = int(spec.get("tasks", 1)), int(spec.get("inflight", 1))

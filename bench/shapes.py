@@ -109,7 +109,7 @@ def chain(n: int, *, template: bool = False, name: str | None = None) -> dict[st
         node: dict[str, Any] = {"type": "tool_call", "tool": "echo"}
         if template:
             node["input"] = ("{{ .input.seed }}" if i == 0
-                             else "{{ .nodes.n%d.output }}" % (i - 1))
+                             else "{{ .nodes.n" + str(i - 1) + ".output }}")
         else:
             node["input"] = {"i": i}
         if i + 1 < n:
@@ -130,15 +130,22 @@ def fanout(width: int, *, name: str | None = None) -> dict[str, Any]:
     return {"name": name or f"bench_fanout_{width}", "nodes": nodes}
 
 
-def shape(kind: str, size: int = 0) -> dict[str, Any]:
-    """The mapping of shape ``kind`` (``financial``, ``chain``, ``fanout``) at ``size``."""
+def shape(kind: str, size: int = 0, *, lane: str | None = None) -> dict[str, Any]:
+    """The mapping of shape ``kind`` (``financial``, ``chain``, ``fanout``) at ``size``;
+    with ``lane``, every node is put in that queue lane (``fast`` or ``default``)."""
     if kind == "financial":
-        return financial()
-    if kind == "chain":
-        return chain(size)
-    if kind == "fanout":
-        return fanout(size)
-    raise ValueError(f"unknown shape {kind!r}")
+        mapping = financial()
+    elif kind == "chain":
+        mapping = chain(size)
+    elif kind == "fanout":
+        mapping = fanout(size)
+    else:
+        raise ValueError(f"unknown shape {kind!r}")
+    if lane is not None:
+        for node in mapping["nodes"].values():
+            if node["type"] != "condition":
+                node["lane"] = lane
+    return mapping
 
 
 def executed_nodes(kind: str, size: int = 0) -> int:

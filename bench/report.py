@@ -1,0 +1,406 @@
+"""Turns raw results into the comparisons with targets and the markdown report.
+
+Targets (see ``bench/README.md``):
+
+- ax embedded per-node overhead / LangGraph (SqliteSaver) per-node overhead ≤ 0.5;
+- ax on etcd + Redis, engine in process: node throughput ≥ 80 % of the floor;
+- ax through API + executors: node throughput ≥ 50 % of the floor;
+- per-node cost flat in DAG size and in concurrency: growth (cost at the largest size
+  / cost at the smallest) ≤ 1.5.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+__all__ = ["FLAT", "markdown", "summarize"]
+
+#: Growth factor up to which a per-node cost counts as flat.
+FLAT = 1.5
+
+_Result = Mapping[str, Any]
+
+# Which floor each engine workload is held against: sequential work can use only one
+# operation at a time; concurrent work can overlap them.
+_FLOOR_OF = {
+    "chain_default_lane": "etcd_redis_sequential",
+    "chain_fast_lane": "etcd_redis_sequential",
+    "financial_sequential_default_lane": "etcd_redis_sequential",
+    "financial_sequential_fast_lane": "etcd_redis_sequential",
+    "financial_concurrent": "etcd_redis_concurrent_8",
+    "financial_concurrent_fast_lane": "etcd_redis_concurrent_8",
+    "fanout": "etcd_redis_concurrent_8",
+}
+
+
+def _get(data: Any, *path: str) -> Any:
+    for key in path:
+        if not isinstance(data, Mapping) or key not in data:
+            return None
+        data = data[key]
+    return data
+
+
+def _ok(result: Any) -> bool:
+    return isinstance(result, Mapping) and "error" not in result and bool(result)
+
+
+def _ratio(a: Any, b: Any) -> float | None:
+    if not isinstance(a, int | float) or not isinstance(b, int | float) or not b:
+        return None
+    if math.isnan(a) or math.isnan(b):
+        return None
+    return round(a / b, 3)
+
+
+def _cmp(name: str, value: float | None, target: str, met: bool | None,
+         detail: str, *, percent: bool = False) -> dict[str, Any]:
+    return {"name": name, "value": value, "target": target, "met": met, "detail": detail,
+            "percent": percent}
+
+
+def _vs_peer(emb: _Result, lg: _Result, scaling: _Result) -> list[dict[str, Any]]:
+    out = []
+    ax_chains, lg_chains = scaling.get("chain") or {}, scaling.get("langgraph_chain") or {}
+    for n in sorted((k for k in lg_chains if k in ax_chains), key=int):
+        if n == str(_get(emb, "chain", "size")):
+            continue  # the main comparison below
+        a = _get(ax_chains[n], "node_latency", "ready_to_committed", "p50_ms")
+        b = _get(lg_chains[n], "step_interval", "p50_ms")
+        r = _ratio(a, b)
+        out.append(_cmp(f"embedded / LangGraph, chain of {n} per-node overhead (p50)", r,
+                        "≤ 0.5", None if r is None else r <= 0.5,
+                        f"ax ready→committed p50 {a} ms vs LangGraph step p50 {b} ms"))
+    chain_ax: Any = emb.get("chain")
+    chain_lg: Any = lg.get("chain")
+    if _ok(chain_ax) and _ok(chain_lg):
+        a = _get(chain_ax, "node_latency", "ready_to_committed", "p50_ms")
+        b = _get(chain_lg, "step_interval", "p50_ms")
+        r = _ratio(a, b)
+        out.append(_cmp(f"embedded / LangGraph, chain of {chain_ax.get('size')} per-node "
+                        "overhead (p50)", r, "≤ 0.5",
+                        None if r is None else r <= 0.5,
+                        f"ax ready→committed p50 {a} ms vs LangGraph step p50 {b} ms"))
+    for name in ("chain", "fanout", "financial_sequential", "financial_concurrent"):
+        ax: Any = emb.get(name)
+        peer: Any = lg.get(name)
+        if _ok(ax) and _ok(peer):
+            a, b = ax["wall_per_node_ms"], peer["wall_per_node_ms"]
+            r = _ratio(a, b)
+            out.append(_cmp(f"embedded / LangGraph, {name} wall time per node", r, "≤ 0.5",
+                            None if r is None else r <= 0.5,
+                            f"ax {a} ms vs LangGraph {b} ms"))
+    return out
+
+
+def _vs_floor(label: str, workloads: _Result, floors: _Result, target: float) \
+        -> list[dict[str, Any]]:
+    out = []
+    for name, result in workloads.items():
+        floor_name = _FLOOR_OF.get(name)
+        floor = _get(floors, floor_name or "", "nodes_per_s")
+        if not _ok(result) or floor is None:
+            continue
+        r = _ratio(result["nodes_per_s"], floor)
+        out.append(_cmp(f"{label} {name} / floor", r, f"≥ {target:.0%}",
+                        None if r is None else r >= target,
+                        f"{result['nodes_per_s']} nodes/s vs {floor_name} floor "
+                        f"{floor} nodes/s", percent=True))
+    return out
+
+
+def _growth(series: Mapping[str, Any], metric: tuple[str, ...], *,
+            judged: bool = True) -> dict[str, Any]:
+    """Growth of ``metric`` over ``series`` (size → result); ``judged=False`` for a
+    figure shown for information only (e.g. latency under queueing)."""
+    points = []
+    for key, result in series.items():
+        value = _get(result, *metric) if _ok(result) else None
+        if isinstance(value, int | float):
+            points.append((int(key), float(value)))
+    points.sort()
+    if len(points) < 2:
+        return {"points": points, "growth": None, "flat": None}
+    growth = _ratio(points[-1][1], points[0][1])
+    return {"points": points, "growth": growth,
+            "max_over_min": _ratio(max(v for _, v in points), min(v for _, v in points)),
+            "flat": None if growth is None or not judged else growth <= FLAT,
+            "judged": judged}
+
+
+def summarize(results: _Result) -> dict[str, Any]:
+    """Comparisons with the targets, and scaling growth, from raw results."""
+    floors = _get(results, "floor", "floor") or {}
+    emb = _get(results, "embedded", "workloads") or {}
+    lg = _get(results, "peer", "langgraph") or {}
+    comparisons = _vs_peer(emb, lg, _get(results, "scaling") or {})
+    comparisons += _vs_floor("etcd+Redis in-process", _get(results, "etcd_redis",
+                                                           "workloads") or {}, floors, 0.8)
+    if _get(results, "api", "status") == "measured":
+        comparisons += _vs_floor("API+executors", _get(results, "api", "workloads") or {},
+                                 floors, 0.5)
+    sq = _get(floors, "sqlite_inprocess", "nodes_per_s")
+    for name, result in emb.items():
+        if _ok(result) and sq:
+            r = _ratio(result["nodes_per_s"], sq)
+            comparisons.append(_cmp(f"embedded {name} / SQLite+in-process floor", r,
+                                    "(no target)", None,
+                                    f"{result['nodes_per_s']} nodes/s vs {sq} nodes/s",
+                                    percent=True))
+    chain = _get(results, "scaling", "chain") or {}
+    conc = _get(results, "scaling", "concurrency") or {}
+    scaling = {
+        "chain": {
+            "ready_to_committed_p50_ms": _growth(
+                chain, ("node_latency", "ready_to_committed", "p50_ms")),
+            "wall_per_node_ms": _growth(chain, ("wall_per_node_ms",)),
+            "cpu_per_node_ms": _growth(chain, ("cpu_per_node_ms",)),
+        },
+        "langgraph_chain": {
+            "step_p50_ms": _growth(_get(results, "scaling", "langgraph_chain") or {},
+                                   ("step_interval", "p50_ms")),
+            "wall_per_node_ms": _growth(_get(results, "scaling", "langgraph_chain") or {},
+                                        ("wall_per_node_ms",)),
+        },
+        "concurrency": {
+            "cpu_per_node_ms": _growth(conc, ("cpu_per_node_ms",)),
+            "wall_per_node_ms": _growth(conc, ("wall_per_node_ms",)),
+            # Queueing: with c tasks in flight a node waits behind the others (Little's
+            # law), so latency grows with c by construction. Not judged.
+            "ready_to_committed_p50_ms": _growth(
+                conc, ("node_latency", "ready_to_committed", "p50_ms"), judged=False),
+        },
+    }
+    return {"comparisons": comparisons, "scaling": scaling}
+
+
+# ---------------------------------------------------------------------- markdown
+
+
+def _f(value: Any, digits: int = 2) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "-"
+        return f"{value:,.{digits}f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def _table(header: list[str], rows: list[list[Any]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(_f(c) if not isinstance(c, str) else c for c in row) + " |"
+              for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def _verdict(met: bool | None) -> str:
+    return "-" if met is None else ("met" if met else "**missed**")
+
+
+def _engine_rows(label: str, workloads: _Result) -> list[list[Any]]:
+    rows: list[list[Any]] = []
+    for name, r in workloads.items():
+        if not _ok(r):
+            rows.append([label, name, f"error: {_get(r, 'error')}"] + [""] * 12)
+            continue
+        lat = _get(r, "node_latency", "ready_to_committed") or {}
+        store = r.get("store") or {}
+        conflicts = store.get("conflicts", 0) if store else None
+        rss = _get(r, "process", "peak_rss_mib")
+        if isinstance(r.get("peak_rss_mib"), Mapping):  # API: the servers' peaks
+            rss = "api {api} / exec {executor0}".format(**{
+                k: r["peak_rss_mib"].get(k, "-") for k in ("api", "executor0")})
+        bad = {k: v for k, v in r.get("statuses", {}).items() if k != "SUCCEEDED"}
+        size = f"{r['shape']} {r['size']}" if r.get("size") else r["shape"]
+        odd = ", ".join(f"{k} {v}" for k, v in (r.get("anomalies") or {}).items())
+        slow = r.get("slowest_commit") or {}
+        if slow.get("share_of_wall", 0) >= 0.2:
+            odd += (f"{', ' if odd else ''}node {slow['node']} took "
+                    f"{slow['claimed_to_committed_s']:.1f} s to commit "
+                    f"({slow['share_of_wall']:.0%} of the run)")
+        logs = sum(p["count"] for p in (r.get("log_problems") or {}).values())
+        if logs:
+            odd += f"{', ' if odd else ''}{logs} log warnings/errors"
+        rows.append([
+            label, name + (f" ⚠ {bad}" if bad else ""),
+            f"{size} x {r['tasks']}" + (f" ({r['inflight']} in flight)"
+                                        if r.get("inflight", 1) > 1 else ""),
+            r["nodes"], r["nodes_per_s"], r["tasks_per_s"], r["wall_per_node_ms"],
+            lat.get("p50_ms"), lat.get("p99_ms"), r.get("cpu_per_node_ms"),
+            r.get("write_txns_per_node"), r.get("reads_per_node", "-"), conflicts, rss,
+            odd or "none",
+        ])
+    return rows
+
+
+def _peer_rows(workloads: _Result) -> list[list[Any]]:
+    rows: list[list[Any]] = []
+    for name, r in workloads.items():
+        if not _ok(r):
+            rows.append(["LangGraph", name, f"error: {_get(r, 'error')}"] + [""] * 12)
+            continue
+        step = r.get("step_interval") or {}
+        size = f"{r['shape']} {r['size']}" if r.get("size") else r["shape"]
+        rows.append([
+            "LangGraph", name,
+            f"{size} x {r['tasks']}" + (f" ({r['inflight']} in flight)"
+                                        if r.get("inflight", 1) > 1 else ""),
+            r["nodes"], r["nodes_per_s"], r["tasks_per_s"], r["wall_per_node_ms"],
+            step.get("p50_ms"), step.get("p99_ms"), r.get("cpu_per_node_ms"), "-", "-", "-",
+            _get(r, "process", "peak_rss_mib"), "-",
+        ])
+    return rows
+
+
+def _floor_md(floor: _Result) -> str:
+    if not _ok(floor):
+        return f"Floor not measured: {_get(floor, 'error')}\n"
+    rows = []
+    names = {"etcd": "etcd CAS txn (EtcdStore.txn, Mod == rev)",
+             "etcd_raw_aetcd": "etcd CAS txn (raw aetcd)",
+             "redis_queue": "Redis push + reliable pop + ack (RedisQueue)",
+             "redis_raw": "Redis LPUSH + LMOVE + LREM (raw redis-py)",
+             "sqlite": "SQLite CAS txn (SqliteStore, synchronous=FULL)",
+             "inprocess_queue": "in-process queue push + pop + ack"}
+    for key, label in names.items():
+        for mode in ("sequential", "concurrent_8"):
+            m = _get(floor, key, mode)
+            if m:
+                rows.append([label, mode.replace("_", " "), m["ops"],
+                             m["latency"]["p50_ms"], m["latency"]["p99_ms"], m["ops_per_s"]])
+    text = _table(["primitive", "mode", "ops", "p50 ms", "p99 ms", "ops/s"], rows)
+    frows = [[k, v["nodes_per_s"], v["per_node_ms"]] for k, v in floor.get("floor", {}).items()]
+    text += "\nFloor = 2 CAS transactions + 1 queue round trip per node:\n\n"
+    text += _table(["floor", "nodes/s", "ms per node"], frows)
+    return text
+
+
+def _scaling_md(results: _Result, summary: _Result) -> str:
+    chain = _get(results, "scaling", "chain") or {}
+    conc = _get(results, "scaling", "concurrency") or {}
+    text = "Chain (embedded), per node:\n\n"
+    rows = []
+    for n, r in sorted(chain.items(), key=lambda kv: int(kv[0])):
+        if _ok(r):
+            lat = _get(r, "node_latency", "ready_to_committed") or {}
+            rows.append([int(n), lat.get("p50_ms"), lat.get("p99_ms"), r["wall_per_node_ms"],
+                         r["cpu_per_node_ms"], _get(r, "submit", "p50_ms"),
+                         _get(r, "process", "peak_rss_mib")])
+    text += _table(["nodes", "ready→committed p50 ms", "p99 ms", "wall/node ms",
+                    "CPU/node ms", "submit ms", "peak RSS MiB"], rows)
+    peer = _get(results, "scaling", "langgraph_chain") or {}
+    if peer:
+        text += "\nLangGraph chain, per node (step = interval between node starts):\n\n"
+        rows = [[int(n), _get(r, "step_interval", "p50_ms"), _get(r, "step_interval", "p99_ms"),
+                 r["wall_per_node_ms"], r["cpu_per_node_ms"], r.get("build_s")]
+                for n, r in sorted(peer.items(), key=lambda kv: int(kv[0])) if _ok(r)]
+        text += _table(["nodes", "step p50 ms", "p99 ms", "wall/node ms", "CPU/node ms",
+                        "build s"], rows)
+    text += "\nFinancial shape (embedded) by tasks in flight, per node:\n\n"
+    rows = []
+    for c, r in sorted(conc.items(), key=lambda kv: int(kv[0])):
+        if _ok(r):
+            lat = _get(r, "node_latency", "ready_to_committed") or {}
+            rows.append([int(c), r["nodes_per_s"], r["wall_per_node_ms"], r["cpu_per_node_ms"],
+                         lat.get("p50_ms"), lat.get("p99_ms")])
+    text += _table(["in flight", "nodes/s", "wall/node ms", "CPU/node ms",
+                    "ready→committed p50 ms", "p99 ms"], rows)
+    text += "\nGrowth = cost at the largest size / cost at the smallest "
+    text += f"(flat: ≤ {FLAT}):\n\n"
+    rows = []
+    for group, metrics in (summary.get("scaling") or {}).items():
+        for metric, g in metrics.items():
+            if not g.get("judged", True):
+                verdict = "information only (queueing)"
+            elif g.get("flat") is None:
+                verdict = "-"
+            else:
+                verdict = "flat" if g["flat"] else "**not flat**"
+            rows.append([group, metric, g.get("growth"), g.get("max_over_min"), verdict])
+    text += _table(["series", "metric", "growth", "max/min", "verdict"], rows)
+    return text
+
+
+def markdown(results: _Result) -> str:
+    """The human-readable report (``results.md``)."""
+    meta = results.get("meta", {})
+    summary = results.get("summary") or summarize(results)
+    host = meta.get("host", {})
+    v = meta.get("versions", {})
+    out = ["# ax benchmark results\n"]
+    out.append(
+        f"Run {meta.get('started_at', '?')}, {meta.get('duration_s', '?')} s"
+        f"{' (QUICK mode: tiny counts, figures meaningless)' if meta.get('quick') else ''}; "
+        f"{host.get('cpus', '?')} CPUs, load average {host.get('load_start')} at start, "
+        f"{host.get('load_end')} at end (other work on the machine skews every figure). "
+        f"Python {v.get('python')}, SQLite {v.get('sqlite')}, {v.get('etcd')}, "
+        f"{v.get('redis')}, LangGraph {v.get('langgraph')} "
+        f"(checkpoint-sqlite {v.get('langgraph-checkpoint-sqlite')}).\n")
+    out.append("## Targets\n")
+    rows = [[c["name"], f"{c['value']:.1%}" if c.get("percent") and c["value"] is not None
+             else c["value"], c["target"], _verdict(c["met"]), c["detail"]]
+            for c in summary.get("comparisons", [])]
+    out.append(_table(["comparison", "ratio", "target", "verdict", "figures"], rows))
+    out.append("\n## Floor (same run)\n")
+    out.append(_floor_md(results.get("floor", {})))
+    out.append("\n## Engines, same shapes\n")
+    out.append("Per-node latency is `ready` → `committed` from each task's timeline for ax "
+               "(it includes queueing when many nodes are ready at once) and the interval "
+               "between consecutive node starts for LangGraph (chain only). Writes are "
+               "committed write transactions per executed node. Peak RSS is the workload's "
+               "own process (API runs: the API and first executor processes).\n\n")
+    rows = _engine_rows("ax embedded", _get(results, "embedded", "workloads") or {})
+    rows += _peer_rows(_get(results, "peer", "langgraph") or {})
+    rows += _engine_rows("ax etcd+Redis", _get(results, "etcd_redis", "workloads") or {})
+    api = results.get("api", {})
+    if api.get("status") == "measured":
+        rows += _engine_rows("ax API+2 executors", api.get("workloads") or {})
+    out.append(_table(["engine", "workload", "run", "nodes", "nodes/s", "tasks/s",
+                       "wall/node ms", "latency p50 ms", "p99 ms", "CPU/node ms",
+                       "writes/node", "reads/node", "CAS conflicts", "peak RSS MiB",
+                       "anomalies"], rows))
+    if api.get("status") != "measured":
+        out.append(f"\nThrough API + executors: **{api.get('status', 'not measured yet')}**"
+                   f" — {api.get('reason', api.get('error', ''))}\n")
+    celery = _get(results, "peer", "celery") or {}
+    if celery:
+        out.append(f"\nCelery: {celery.get('status')} — {celery.get('reason')}\n")
+    out.append("\n## Scaling\n")
+    out.append(_scaling_md(results, summary))
+    val = results.get("validation", {})
+    out.append("\n## Validation of a large DAG\n")
+    if _ok(val) and "literal" in val:
+        rows = [[k.replace("_", " "), val[k]["min_s"], val[k]["median_s"],
+                 val[k]["per_node_us"], val[k]["stored_bytes"]]
+                for k in ("literal", "template_per_node")]
+        out.append(f"`load_dag_mapping` on a {val['nodes']:,}-node chain (best of "
+                   f"{val['repeat']}):\n\n")
+        out.append(_table(["inputs", "min s", "median s", "µs per node", "stored bytes"],
+                          rows))
+    else:
+        out.append(f"not measured: {val.get('error')}\n")
+    prof = results.get("profile", {})
+    out.append("\n## Profile (cProfile, " + str(prof.get("workload", "?")) + ")\n")
+    if prof.get("by_tottime"):
+        out.append(f"Total profiled time {prof.get('total_s')} s; top functions by own "
+                   "time (C calls such as SQLite's `execute` include their I/O waits):\n\n")
+        rows = [[r["function"], r["calls"], r["tottime_s"], f"{r['tottime_share']:.1%}",
+                 r["cumtime_s"]] for r in prof["by_tottime"][:15]]
+        out.append(_table(["function", "calls", "own s", "own share", "cumulative s"], rows))
+        rows = [[r["function"], r["calls"], r["cumtime_s"],
+                 f"{r['cumtime_s'] / prof['total_s']:.1%}" if prof.get("total_s") else "-"]
+                for r in prof["by_cumtime"][:15]]
+        out.append("\nBy cumulative time:\n\n")
+        out.append(_table(["function", "calls", "cumulative s", "share"], rows))
+    else:
+        out.append(f"not measured: {prof.get('error')}\n")
+    errors = [f"- {name}: {sec['error']}" for name, sec in results.items()
+              if isinstance(sec, Mapping) and "error" in sec]
+    if errors:
+        out.append("\n## Errors\n\n" + "\n".join(errors) + "\n")
+    return "\n".join(out)

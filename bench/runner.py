@@ -1,0 +1,448 @@
+"""Orchestrates one benchmark run: servers, the plan of workloads, one fresh process per
+workload, progress lines, and the results files.
+
+Order of the sections: floor → ax embedded → LangGraph → ax on etcd + Redis (engine in
+process) → scaling → validation → profile → ax through API + executors. The private
+etcd and Redis of the first sections are stopped before the API's own topology starts,
+so no idle server competes for the two cores.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import platform
+import shutil
+import sqlite3
+import subprocess
+import sys
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from bench import RESULTS_SCHEMA, report
+from bench.child import MARKER
+from bench.common import Progress, load
+
+__all__ = ["FULL", "QUICK", "Runner", "Sizes"]
+
+#: Repository root (children run there so ``tests.servers`` and ``bench`` import).
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How much of each workload to run. The full sizes fit in about ten minutes on two
+    cores; the figures in the README come from them."""
+
+    floor_seconds: float = 2.0
+    #: ax embedded and LangGraph: financial tasks (sequential and concurrent).
+    fin_tasks: int = 1000
+    fin_inflight: int = 50
+    chain: int = 1000
+    fanout: int = 1000
+    #: ax on etcd + Redis, engine in process. The default lane waits up to the Redis
+    #: poll interval per node, so its sequential counts are small.
+    etcd_chain_default: int = 100
+    etcd_chain_fast: int = 1000
+    etcd_fin_seq_default: int = 20
+    etcd_fin_seq_fast: int = 200
+    etcd_fin_conc: int = 500
+    etcd_fanout: int = 300
+    #: Through ax api + 2 ax executor processes.
+    api_chain_default: int = 50
+    api_chain_fast: int = 300
+    api_fin_seq_default: int = 10
+    api_fin_seq_fast: int = 100
+    api_fin_conc: int = 300
+    api_fanout: int = 200
+    api_executors: int = 2
+    #: Scaling.
+    scale_chain: tuple[int, ...] = (10, 100, 1000, 10_000)
+    scale_concurrency: tuple[int, ...] = (1, 10, 100)
+    scale_tasks: int = 300
+    #: Validation and profile.
+    validation_nodes: int = 10_000
+    profile_chain: int = 1000
+    #: Worker slots of the in-process worker and of each executor.
+    worker_concurrency: int = 8
+    #: Tasks whose timelines are read for per-node latencies and event kinds.
+    latency_tasks: int = 1000
+    #: Seconds a single workload may take before it is killed.
+    timeout: float = 300.0
+
+
+FULL = Sizes()
+QUICK = Sizes(
+    floor_seconds=0.2, fin_tasks=10, fin_inflight=5, chain=20, fanout=10,
+    etcd_chain_default=3, etcd_chain_fast=10, etcd_fin_seq_default=1, etcd_fin_seq_fast=3,
+    etcd_fin_conc=10, etcd_fanout=5,
+    api_chain_default=3, api_chain_fast=5, api_fin_seq_default=1, api_fin_seq_fast=2,
+    api_fin_conc=6, api_fanout=5,
+    scale_chain=(10, 20), scale_concurrency=(1, 5), scale_tasks=10,
+    validation_nodes=200, profile_chain=20, latency_tasks=10, timeout=120.0,
+)
+
+
+def _version(argv: list[str]) -> str:
+    try:
+        out = subprocess.run(argv, capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return "unavailable"
+    return (out.stdout or out.stderr).strip().splitlines()[0] if (out.stdout or out.stderr) \
+        else "unknown"
+
+
+def _versions() -> dict[str, str]:
+    versions = {"python": platform.python_version(), "sqlite": sqlite3.sqlite_version}
+    for name, argv in (("etcd", ["etcd", "--version"]),
+                       ("redis", ["redis-server", "--version"])):
+        versions[name] = _version(argv) if shutil.which(argv[0]) else "not installed"
+    try:
+        from importlib.metadata import version
+
+        versions["langgraph"] = version("langgraph")
+        versions["langgraph-checkpoint-sqlite"] = version("langgraph-checkpoint-sqlite")
+    except Exception:
+        versions["langgraph"] = "not installed"
+    return versions
+
+
+class Runner:
+    """Runs the plan and collects ``results``.
+
+    Args:
+        sizes: Workload sizes (:data:`FULL` or :data:`QUICK`).
+        progress: Where progress lines go.
+        sections: Sections to run (default: all).
+    """
+
+    SECTIONS = ("floor", "embedded", "peer", "etcd_redis", "scaling", "validation",
+                "profile", "api")
+
+    def __init__(self, sizes: Sizes, progress: Progress,
+                 sections: tuple[str, ...] | None = None) -> None:
+        self.sizes = sizes
+        self.progress = progress
+        self.sections = sections or self.SECTIONS
+        self.results: dict[str, Any] = {}
+        self._servers: dict[str, Any] = {}
+
+    # ------------------------------------------------------------------ children
+
+    def child(self, label: str, spec: dict[str, Any],
+              describe: Callable[[dict[str, Any]], str] | None = None) -> dict[str, Any]:
+        """Run ``spec`` in a fresh ``python -m bench.child``; return its result, or
+        ``{"error": ...}`` when it failed or timed out."""
+        self.progress(f"{label} ...")
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+            filter(None, [str(ROOT), os.environ.get("PYTHONPATH", "")]))}
+        start = self.progress.elapsed
+        try:
+            proc = subprocess.run(
+                [sys.executable, "-m", "bench.child"], input=json.dumps(spec),
+                capture_output=True, text=True, cwd=ROOT, env=env,
+                timeout=self.sizes.timeout, check=False)
+        except subprocess.TimeoutExpired:
+            self.progress(f"  {label}: killed after {self.sizes.timeout:g}s")
+            return {"error": f"timed out after {self.sizes.timeout:g}s"}
+        lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(MARKER)]
+        if proc.returncode != 0 or not lines:
+            tail = (proc.stderr or proc.stdout).strip().splitlines()[-12:]
+            self.progress(f"  {label}: FAILED (exit {proc.returncode}): "
+                          f"{tail[-1] if tail else ''}")
+            return {"error": f"exit {proc.returncode}", "stderr_tail": tail}
+        result: dict[str, Any] = json.loads(lines[-1][len(MARKER):])
+        took = self.progress.elapsed - start
+        self.progress(f"  {label}: {describe(result) if describe else 'done'} "
+                      f"({took:.1f}s)")
+        return result
+
+    @staticmethod
+    def _engine_line(r: dict[str, Any]) -> str:
+        lat = r.get("node_latency", {}).get("ready_to_committed", {})
+        bad = {k: v for k, v in r.get("statuses", {}).items() if k != "SUCCEEDED"}
+        return (f"{r['nodes_per_s']:.0f} nodes/s, {r['wall_per_node_ms']:.2f} ms/node, "
+                f"ready->committed p50 {lat.get('p50_ms', float('nan')):.2f} ms"
+                + (f", NOT SUCCEEDED: {bad}" if bad else ""))
+
+    @staticmethod
+    def _peer_line(r: dict[str, Any]) -> str:
+        return f"{r['nodes_per_s']:.0f} nodes/s, {r['wall_per_node_ms']:.2f} ms/node"
+
+    def _ax(self, label: str, **spec: Any) -> dict[str, Any]:
+        spec = {"part": "axrun", "worker_concurrency": self.sizes.worker_concurrency,
+                "latency_tasks": self.sizes.latency_tasks, **spec}
+        return self.child(label, spec, self._engine_line)
+
+    # ------------------------------------------------------------------ servers
+
+    @contextmanager
+    def _section(self, name: str) -> Iterator[dict[str, Any]]:
+        out: dict[str, Any] = {"load_before": load()}
+        self.results[name] = out
+        self.progress(f"== {name} (load {out['load_before']})")
+        try:
+            yield out
+        except Exception as exc:
+            out["error"] = f"{type(exc).__name__}: {exc}"
+            out["traceback"] = traceback.format_exc().splitlines()[-8:]
+            self.progress(f"  {name}: section failed: {out['error']}")
+        out["load_after"] = load()
+
+    def _start_servers(self) -> None:
+        from tests.servers import start_etcd, start_redis
+
+        if not self._servers:
+            self._servers["etcd"] = start_etcd()
+            self._servers["redis"] = start_redis()
+
+    def _stop_servers(self) -> None:
+        for server in self._servers.values():
+            server.close()
+        self._servers.clear()
+
+    @property
+    def _etcd(self) -> Any:
+        return self._servers["etcd"]
+
+    @property
+    def _redis(self) -> Any:
+        return self._servers["redis"]
+
+    # ------------------------------------------------------------------ sections
+
+    def run(self) -> dict[str, Any]:
+        started = dt.datetime.now(dt.UTC)
+        self.results["meta"] = {
+            "schema": RESULTS_SCHEMA, "started_at": started.isoformat(timespec="seconds"),
+            "sizes": asdict(self.sizes), "quick": self.sizes == QUICK,
+            "host": {"cpus": os.cpu_count(), "platform": platform.platform(),
+                     "load_start": load()},
+            "versions": _versions(),
+        }
+        try:
+            for name in self.SECTIONS:
+                if name in self.sections:
+                    getattr(self, f"_run_{name}")()
+        finally:
+            self._stop_servers()
+        meta = self.results["meta"]
+        meta["duration_s"] = round(self.progress.elapsed, 1)
+        meta["host"]["load_end"] = load()
+        self.results["summary"] = report.summarize(self.results)
+        return self.results
+
+    def _run_floor(self) -> None:
+        with self._section("floor") as out:
+            spec: dict[str, Any] = {"part": "floor", "seconds": self.sizes.floor_seconds}
+            try:
+                self._start_servers()
+                spec.update(etcd_url=self._etcd.url, redis_url=f"{self._redis.url}/0")
+            except Exception as exc:
+                out["servers_error"] = f"{type(exc).__name__}: {exc}"
+            out.update(self.child("floor: etcd, Redis, SQLite primitives", spec,
+                                  lambda r: json.dumps({k: v["nodes_per_s"] for k, v in
+                                                        r["floor"].items()})
+                                  + " floor nodes/s"))
+
+    def _run_embedded(self) -> None:
+        s = self.sizes
+        with self._section("embedded") as out:
+            out["backend"] = "SQLite (WAL, synchronous=FULL) + in-process queue"
+            w = out.setdefault("workloads", {})
+            w["financial_sequential"] = self._ax(
+                f"embedded: financial x {s.fin_tasks}, one at a time", shape="financial",
+                tasks=s.fin_tasks, inflight=1)
+            w["financial_concurrent"] = self._ax(
+                f"embedded: financial x {s.fin_tasks}, {s.fin_inflight} in flight",
+                shape="financial", tasks=s.fin_tasks, inflight=s.fin_inflight)
+            w["chain"] = self._ax(f"embedded: chain of {s.chain}", shape="chain", size=s.chain)
+            w["fanout"] = self._ax(f"embedded: fan-out/fan-in of {s.fanout}", shape="fanout",
+                                   size=s.fanout)
+
+    def _run_peer(self) -> None:
+        s = self.sizes
+        with self._section("peer") as out:
+            w = out.setdefault("langgraph", {})
+            runs = (("financial_sequential", "financial", 0, s.fin_tasks, 1),
+                    ("financial_concurrent", "financial", 0, s.fin_tasks, s.fin_inflight),
+                    ("chain", "chain", s.chain, 1, 1),
+                    ("fanout", "fanout", s.fanout, 1, 1))
+            for name, kind, size, tasks, inflight in runs:
+                w[name] = self.child(
+                    f"langgraph: {name} ({kind}{' ' + str(size) if size else ''} x {tasks}"
+                    f"{f', {inflight} in flight' if inflight > 1 else ''})",
+                    {"part": "peer", "shape": kind, "size": size, "tasks": tasks,
+                     "inflight": inflight}, self._peer_line)
+            out["celery"] = {
+                "status": "skipped",
+                "reason": "not run: a Celery worker process and result backend on the "
+                "private Redis would not fit the ten-minute budget next to the ax/API "
+                "runs; LangGraph is the peer measured",
+            }
+
+    def _run_etcd_redis(self) -> None:
+        s = self.sizes
+        with self._section("etcd_redis") as out:
+            self._start_servers()
+            out["backend"] = "etcd (1 member, private port) + Redis; engine, worker and " \
+                "reconciler in this process"
+            pids = {"etcd": self._etcd.proc.pid, "redis": self._redis.proc.pid}
+            w = out.setdefault("workloads", {})
+            runs = (
+                ("chain_default_lane", "chain", s.etcd_chain_default, 1, 1, None),
+                ("chain_fast_lane", "chain", s.etcd_chain_fast, 1, 1, "fast"),
+                ("financial_sequential_default_lane", "financial", 0,
+                 s.etcd_fin_seq_default, 1, None),
+                ("financial_sequential_fast_lane", "financial", 0, s.etcd_fin_seq_fast, 1,
+                 "fast"),
+                ("financial_concurrent", "financial", 0, s.etcd_fin_conc, s.fin_inflight,
+                 None),
+                ("financial_concurrent_fast_lane", "financial", 0, s.etcd_fin_conc,
+                 s.fin_inflight, "fast"),
+                ("fanout", "fanout", s.etcd_fanout, 1, 1, None),
+            )
+            for i, (name, kind, size, tasks, inflight, lane) in enumerate(runs):
+                w[name] = self._ax(
+                    f"etcd+redis: {name} ({kind}{' ' + str(size) if size else ''} x {tasks})",
+                    shape=kind, size=size, tasks=tasks, inflight=inflight, lane=lane,
+                    store_url=self._etcd.url,
+                    queue_url=f"{self._redis.url}/0?prefix=bench{i}", server_pids=pids)
+
+    def _run_scaling(self) -> None:
+        s = self.sizes
+        with self._section("scaling") as out:
+            chain: dict[str, Any] = {}
+            reuse = self.results.get("embedded", {}).get("workloads", {}).get("chain")
+            for n in s.scale_chain:
+                if n == s.chain and reuse and "error" not in reuse:
+                    chain[str(n)] = reuse
+                    self.progress(f"scaling: chain of {n}: reusing the embedded chain run")
+                    continue
+                chain[str(n)] = self._ax(f"scaling: embedded chain of {n}", shape="chain",
+                                         size=n, latency_tasks=1)
+            conc: dict[str, Any] = {}
+            for c in s.scale_concurrency:
+                conc[str(c)] = self._ax(
+                    f"scaling: embedded financial x {s.scale_tasks}, {c} in flight",
+                    shape="financial", tasks=s.scale_tasks, inflight=c)
+            out["chain"] = chain
+            out["concurrency"] = conc
+            # The peer's per-step cost at the same chain lengths (not 10,000: its
+            # checkpoints grow with the graph, which would blow the time budget).
+            peer: dict[str, Any] = {}
+            reuse = self.results.get("peer", {}).get("langgraph", {}).get("chain")
+            for n in s.scale_chain:
+                if n > s.chain:
+                    continue
+                if n == s.chain and reuse and "error" not in reuse:
+                    peer[str(n)] = reuse
+                    continue
+                peer[str(n)] = self.child(f"scaling: langgraph chain of {n}",
+                                          {"part": "peer", "shape": "chain", "size": n,
+                                           "tasks": 1, "inflight": 1}, self._peer_line)
+            out["langgraph_chain"] = peer
+
+    def _run_validation(self) -> None:
+        with self._section("validation") as out:
+            out.update(self.child(
+                f"validation: load_dag_mapping of a {self.sizes.validation_nodes}-node chain",
+                {"part": "validation", "nodes": self.sizes.validation_nodes, "repeat": 3},
+                lambda r: f"literal {r['literal']['min_s']:.2f}s, one template per node "
+                f"{r['template_per_node']['min_s']:.2f}s"))
+
+    def _run_profile(self) -> None:
+        with self._section("profile") as out:
+            r = self._ax(f"profile: embedded chain of {self.sizes.profile_chain} under cProfile",
+                         shape="chain", size=self.sizes.profile_chain, profile=True,
+                         profile_top=30)
+            out["workload"] = f"embedded chain of {self.sizes.profile_chain}"
+            out.update(r.get("profile", {"error": r.get("error", "no profile")}))
+
+    def _run_api(self) -> None:
+        s = self.sizes
+        with self._section("api") as out:
+            self._stop_servers()
+            missing = [p for p in ("tests/topology.py", "axengine/api/_server.py",
+                                   "axengine/client.py") if not (ROOT / p).exists()]
+            if missing:
+                out.update(status="not measured yet", reason=f"missing: {', '.join(missing)}")
+                self.progress(f"  api: not measured yet ({out['reason']})")
+                return
+            try:
+                from tests.topology import Topology
+
+                topology = Topology(executors=s.api_executors,
+                                    concurrency=s.worker_concurrency, lease=30.0, grace=5.0)
+                self.progress(f"api: starting etcd, Redis, ax api, {s.api_executors} "
+                              "executors ...")
+                topology.start()
+            except Exception as exc:
+                out.update(status="not measured yet",
+                           reason=f"topology did not start: {type(exc).__name__}: "
+                           f"{str(exc)[:500]}")
+                self.progress(f"  api: not measured yet ({out['reason'][:200]})")
+                return
+            try:
+                out["status"] = "measured"
+                out["backend"] = (f"ax api (REST+gRPC) + {s.api_executors} ax executor "
+                                  f"processes (concurrency {s.worker_concurrency} each), "
+                                  "etcd + Redis")
+                assert topology.api is not None and topology.etcd is not None \
+                    and topology.redis is not None and topology.etcd.proc is not None \
+                    and topology.redis.proc is not None
+                pids = {"api": topology.api.pid, "etcd": topology.etcd.proc.pid,
+                        "redis": topology.redis.proc.pid}
+                pids.update({f"executor{i}": e.pid for i, e in enumerate(topology.executors)})
+                base = {"part": "api", "api_url": topology.api_url,
+                        "token": topology.admin_token, "etcd_url": topology.store_url,
+                        "pids": pids, "latency_tasks": s.latency_tasks}
+                w = out.setdefault("workloads", {})
+                runs = (
+                    ("chain_default_lane", "chain", s.api_chain_default, 1, 1, None),
+                    ("chain_fast_lane", "chain", s.api_chain_fast, 1, 1, "fast"),
+                    ("financial_sequential_default_lane", "financial", 0,
+                     s.api_fin_seq_default, 1, None),
+                    ("financial_sequential_fast_lane", "financial", 0, s.api_fin_seq_fast,
+                     1, "fast"),
+                    ("financial_concurrent", "financial", 0, s.api_fin_conc, s.fin_inflight,
+                     None),
+                    ("fanout", "fanout", s.api_fanout, 1, 1, None),
+                )
+                for name, kind, size, tasks, inflight, lane in runs:
+                    before = _log_problems(topology)
+                    w[name] = self.child(
+                        f"api: {name} ({kind}{' ' + str(size) if size else ''} x {tasks})",
+                        {**base, "shape": kind, "size": size, "tasks": tasks,
+                         "inflight": inflight, "lane": lane}, self._engine_line)
+                    after = _log_problems(topology)
+                    new_lines = {p: lines[len(before.get(p, [])):]
+                                 for p, lines in after.items()}
+                    w[name]["log_problems"] = {p: {"count": len(lines), "last": lines[-3:]}
+                                               for p, lines in new_lines.items() if lines}
+            finally:
+                topology.stop()
+
+
+def _log_problems(topology: Any) -> dict[str, list[str]]:
+    """Warning, error and traceback lines each API/executor process logged so far."""
+    out: dict[str, list[str]] = {}
+    for proc in [topology.api, *topology.executors]:
+        if proc is not None:
+            out[proc.name] = [ln for ln in proc.all_output().splitlines()
+                              if " ERROR " in ln or " WARNING " in ln or "Traceback" in ln]
+    return out
+
+
+def write(results: dict[str, Any], out_dir: Path) -> tuple[Path, Path]:
+    """Write ``results.json`` and ``results.md`` into ``out_dir``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    raw, md = out_dir / "results.json", out_dir / "results.md"
+    raw.write_text(json.dumps(results, indent=1, sort_keys=False) + "\n")
+    md.write_text(report.markdown(results))
+    return raw, md

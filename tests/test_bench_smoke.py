@@ -1,0 +1,131 @@
+"""The benchmark harness runs end to end in ``--quick`` mode and writes well-formed results.
+
+No speed is asserted: the quick counts are far too small to mean anything, and other
+work on the machine moves every figure. What is pinned is the shape of the output
+(every section present, every workload run to completion, the comparisons computed)
+and the facts that do not depend on speed (each task SUCCEEDED, node counts, at least
+one committed write per executed node).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.runner import Runner
+
+ROOT = Path(__file__).resolve().parent.parent
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def _check_engine(name: str, r: Mapping[str, Any]) -> None:
+    assert "error" not in r, f"{name}: {r.get('error')} {r.get('stderr_tail')}"
+    assert r["statuses"] == {"SUCCEEDED": r["tasks"]}, name
+    assert r["nodes"] == r["nodes_per_task"] * r["tasks"] > 0, name
+    assert r["nodes_per_s"] > 0 and r["wall_per_node_ms"] > 0, name
+    assert r["node_latency"]["ready_to_committed"]["n"] > 0, name
+    # A node that runs is claimed and completed: at least one write per executed node
+    # on average even with inline condition nodes.
+    assert r["write_txns_per_node"] >= 1.0, name
+    assert r["process"]["peak_rss_mib"] > 0, name
+    assert isinstance(r["anomalies"], dict) and r["event_kinds"]["committed"] > 0, name
+
+
+@pytest.fixture(scope="module")
+def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str, str]:
+    out = tmp_path_factory.mktemp("bench")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        filter(None, [str(ROOT), os.environ.get("PYTHONPATH", "")]))}
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "--quick", "--out", str(out)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=540, check=False)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    results = json.loads((out / "results.json").read_text())
+    return results, (out / "results.md").read_text(), proc.stderr
+
+
+@pytest.mark.timeout(600)
+def test_every_section_is_present(quick_run: tuple[dict[str, Any], str, str]) -> None:
+    results, markdown, stderr = quick_run
+    for section in (*Runner.SECTIONS, "meta", "summary"):
+        assert section in results, section
+        if section not in ("meta", "summary"):
+            assert "error" not in results[section], results[section].get("traceback")
+    assert results["meta"]["quick"] is True
+    assert len(results["meta"]["host"]["load_start"]) == 3
+    for heading in ("## Targets", "## Floor", "## Engines, same shapes", "## Scaling",
+                    "## Validation of a large DAG", "## Profile"):
+        assert heading in markdown
+    # Progress lines carry the elapsed time.
+    assert "s] == floor" in stderr and "s] wrote " in stderr
+
+
+@pytest.mark.timeout(600)
+def test_floor_and_engines_are_well_formed(
+        quick_run: tuple[dict[str, Any], str, str]) -> None:
+    results = quick_run[0]
+    floor = results["floor"]
+    for key in ("sqlite_inprocess", "etcd_redis_sequential", "etcd_redis_concurrent_8"):
+        assert floor["floor"][key]["nodes_per_s"] > 0, key
+    for key in ("etcd", "etcd_raw_aetcd", "redis_queue", "redis_raw"):
+        for mode in ("sequential", "concurrent_8"):
+            assert floor[key][mode]["ops"] > 0 and floor[key][mode]["latency"]["p99_ms"] > 0
+    for section in ("embedded", "etcd_redis"):
+        workloads = results[section]["workloads"]
+        assert {"financial_sequential", "chain", "fanout"} <= {
+            k.replace("_default_lane", "") for k in workloads}, section
+        for name, r in workloads.items():
+            _check_engine(f"{section}/{name}", r)
+    for group in ("chain", "concurrency"):
+        assert len(results["scaling"][group]) >= 2
+        for name, r in results["scaling"][group].items():
+            _check_engine(f"scaling/{group}/{name}", r)
+    assert set(results["scaling"]["langgraph_chain"]) <= set(results["scaling"]["chain"])
+
+
+@pytest.mark.timeout(600)
+def test_peer_api_validation_profile_and_summary(
+        quick_run: tuple[dict[str, Any], str, str]) -> None:
+    results = quick_run[0]
+    peer = results["peer"]["langgraph"]
+    assert set(peer) == {"financial_sequential", "financial_concurrent", "chain", "fanout"}
+    for r in peer.values():
+        if "error" in r:
+            # Only acceptable reason: the bench extra is not installed in this venv.
+            assert "scripts/bootstrap bench" in "\n".join(r.get("stderr_tail", [])), r
+        else:
+            assert r["nodes"] == r["nodes_per_task"] * r["tasks"] and r["nodes_per_s"] > 0
+    assert results["peer"]["celery"]["status"] == "skipped"
+
+    api = results["api"]
+    assert api["status"] in ("measured", "not measured yet")
+    if api["status"] == "measured":
+        for name, r in api["workloads"].items():
+            assert "error" not in r, f"api/{name}: {r}"
+            assert r["statuses"] == {"SUCCEEDED": r["tasks"]}, name
+            assert r["write_txns"] >= r["nodes"], name
+    else:
+        assert api["reason"]
+
+    validation = results["validation"]
+    for variant in ("literal", "template_per_node"):
+        assert validation[variant]["min_s"] > 0
+    assert results["profile"]["by_tottime"] and results["profile"]["total_s"] > 0
+
+    comparisons = results["summary"]["comparisons"]
+    names = [c["name"] for c in comparisons]
+    assert any(n.startswith("etcd+Redis in-process") for n in names)
+    assert any(n.startswith("embedded / LangGraph") for n in names) or any(
+        "error" in r for r in peer.values())
+    for c in comparisons:
+        assert set(c) >= {"name", "value", "target", "met", "detail"}
+    growth = results["summary"]["scaling"]["chain"]["wall_per_node_ms"]["growth"]
+    assert growth is not None and growth > 0
