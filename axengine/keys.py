@@ -62,6 +62,11 @@ class QueueKeys:
     def delayed(self) -> str:
         return f"{self.prefix}:delayed"
 
+    def wake(self) -> str:
+        """A list of wake-up tokens: one pushed per item made poppable, so a blocked
+        ``pop`` wakes at once whatever lane the item went to."""
+        return f"{self.prefix}:wake"
+
     def workers(self) -> str:
         return f"{self.prefix}:workers"
 

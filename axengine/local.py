@@ -110,7 +110,7 @@ class LocalSession:
         *,
         concurrency: int = 4,
         lease_seconds: float = 30.0,
-        reconcile_interval: float = 0.5,
+        reconcile_interval: float = 2.0,
         handler: Handler | None = None,
         engine_config: EngineConfig | None = None,
     ) -> None:

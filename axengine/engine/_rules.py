@@ -248,6 +248,8 @@ class _Builder:
             node = dag.nodes[nid]
             if is_decided:
                 hops = {h.target_node_id: h.is_taken for h in self.snap(nid).next_hops}
+                # One load for every target: a 1,000-wide fan-out is one read, not 1,000.
+                self.view.require(t for t in node.targets if t not in self.plan.writes)
                 for target in node.targets:
                     ts = self.snap(target)
                     if ts.state is not NodeState.PENDING:

@@ -15,6 +15,7 @@ import asyncio
 import itertools
 import json
 import os
+import random
 import secrets
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -189,7 +190,11 @@ class Engine:
     ) -> tuple[rules.Plan, View]:
         """Decide and commit one transition, re-deciding on a lost compare."""
         preload = tuple(preload)
-        for _ in range(MAX_CAS_RETRIES):
+        for attempt in range(MAX_CAS_RETRIES):
+            if attempt:
+                # Lost a compare: siblings of a join all write the task record; jittered
+                # backoff keeps a crowd of them from colliding again in lockstep.
+                await asyncio.sleep(random.uniform(0, min(0.05, 0.0005 * 2 ** attempt)))
             task, task_rev = await self._load_task(task_id)
             view = View(dag=await self.get_dag(task.dag_hash), task=task, task_rev=task_rev)
             if preload:

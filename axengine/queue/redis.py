@@ -7,6 +7,7 @@ Key layout (``axengine.keys.QueueKeys``, prefix ``ax`` by default)::
     {prefix}:delayed               zset   member = encoded item, score = due (server time)
     {prefix}:workers               set    workers that may hold a processing list
     {prefix}:lanes                 set    lanes ever enqueued to (read by ``queued``)
+    {prefix}:wake                  list   one token per item made poppable (wakes ``pop``)
 
 Every multi-key change is one Lua script (atomic on the server); the scripts derive lane
 keys from the lane name encoded in each item, so in a Redis Cluster the prefix must be a
@@ -14,12 +15,13 @@ hash tag (``{ax}``). Due times come from the server clock (``TIME``), so workers
 skewed clocks agree on when a delayed item is due.
 
 ``pop`` first runs one script that releases due delayed items and moves the head of the
-first non-empty lane into the processing list. When every lane is empty it blocks with
-``BLMOVE`` on the highest-priority lane for at most ``poll_interval`` seconds (Redis has
-no blocking move over several source lists), then tries the script again, until the
-timeout. An item that arrives in a lower-priority lane or a delayed item that becomes due
-is therefore seen at most ``poll_interval`` late; every move stays a server-side atomic
-move, so a crash never drops a popped item between two commands.
+first non-empty lane into the processing list. Redis has no blocking move over several
+source lists, so when every lane is empty ``pop`` blocks with ``BLPOP`` on the wake-up
+list for at most ``poll_interval`` seconds, then tries the script again, until the
+timeout. Every item made poppable (enqueue, requeue, recover) pushes a token to that
+list, so an item in any lane wakes a waiting ``pop`` at once;
+a delayed item that becomes due is seen at most ``poll_interval`` late. Every move stays a
+server-side atomic move, so a crash never drops a popped item between two commands.
 """
 
 from __future__ import annotations
@@ -45,8 +47,10 @@ __all__ = ["RedisQueue"]
 
 #: Most due delayed items one ``pop`` releases into their lanes (bounds script time).
 RELEASE_BATCH = 1000
-#: Shortest blocking wait sent to Redis; ``BLMOVE ... 0`` would block forever.
+#: Shortest blocking wait sent to Redis; ``BLPOP ... 0`` would block forever.
 _MIN_BLOCK = 0.001
+#: Longest wake-up list kept; extra tokens only cause a spurious (cheap) wake-up.
+WAKE_MAX = 10_000
 
 # Shared Lua helper: the lane of an encoded item is the text before the first \x1f.
 _LANE_OF = """
@@ -89,7 +93,7 @@ for i = 2, #ARGV do redis.call('ZADD', KEYS[1], due, ARGV[i]) end
 return #ARGV - 1
 """
 
-# KEYS: processing, lane, delayed, lanes-set.  ARGV: item, delay seconds, lane name
+# KEYS: processing, lane, delayed, lanes-set, wake.  ARGV: item, delay seconds, lane name
 _REQUEUE = """
 redis.call('LREM', KEYS[1], 1, ARGV[1])
 local delay = tonumber(ARGV[2])
@@ -99,11 +103,12 @@ if delay > 0 then
 else
   redis.call('RPUSH', KEYS[2], ARGV[1])
   redis.call('SADD', KEYS[4], ARGV[3])
+  redis.call('LPUSH', KEYS[5], '1')
 end
 return 1
 """
 
-# KEYS: processing, workers, lanes-set.  ARGV: lane key prefix, worker id
+# KEYS: processing, workers, lanes-set, wake.  ARGV: lane key prefix, worker id
 # LPOP takes the most recently popped item first; RPUSH-ing in that order leaves the
 # oldest at the consuming (right) end, so items come back oldest first.
 _RECOVER = _LANE_OF + """
@@ -115,6 +120,7 @@ while true do
   if lane ~= nil then
     redis.call('RPUSH', ARGV[1] .. lane, item)
     redis.call('SADD', KEYS[3], lane)
+    redis.call('LPUSH', KEYS[4], '1')
     n = n + 1
   end
 end
@@ -224,6 +230,8 @@ class RedisQueue:
                 for lane, encoded in by_lane.items():
                     pipe.lpush(self._keys.lane(lane), *encoded)
                 pipe.sadd(self._keys.lanes(), *by_lane)
+                pipe.lpush(self._keys.wake(), *(["1"] * len(items)))
+                pipe.ltrim(self._keys.wake(), 0, WAKE_MAX - 1)
                 await pipe.execute()
 
     async def pop(
@@ -271,13 +279,12 @@ class RedisQueue:
                     block = min(remaining, self._settings.poll_interval)
                     if kind in (b"wait", "wait"):
                         block = min(block, float(value))
-                    # Not blmove(): redis-py types its timeout as int, Redis takes a double.
-                    raw = await self._client.execute_command(  # type: ignore[no-untyped-call]
-                        "BLMOVE", script_keys[4], processing, "RIGHT", "LEFT",
-                        max(block, _MIN_BLOCK),
+                    # Wait for a wake-up token (pushed with every item made poppable, in
+                    # any lane), then let the script move the item atomically.
+                    # Not blpop(): redis-py types its timeout as int, Redis takes a double.
+                    await self._client.execute_command(  # type: ignore[no-untyped-call]
+                        "BLPOP", self._keys.wake(), max(block, _MIN_BLOCK),
                     )
-                    if raw is not None:
-                        return _decode(raw)
         except QueueError:
             if self._closed:
                 return None  # closed while blocked: shutdown, not a failure
@@ -312,7 +319,7 @@ class RedisQueue:
         with _map_errors("requeue"):
             await self._requeue(
                 keys=[self._keys.processing(worker_id), self._keys.lane(item.lane),
-                      self._keys.delayed(), self._keys.lanes()],
+                      self._keys.delayed(), self._keys.lanes(), self._keys.wake()],
                 args=[item.encode(), max(delay, 0.0), item.lane],
             )
 
@@ -327,7 +334,7 @@ class RedisQueue:
         with _map_errors("recover"):
             moved = await self._recover(
                 keys=[self._keys.processing(worker_id), self._keys.workers(),
-                      self._keys.lanes()],
+                      self._keys.lanes(), self._keys.wake()],
                 args=[self._lane_prefix, worker_id],
             )
         return int(moved)
