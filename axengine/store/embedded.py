@@ -94,6 +94,12 @@ _CHUNK = 500
 _TOP = b"\xff"
 _PUT, _DELETE = 0, 1
 _KV_COLUMNS = "key, value, create_revision, mod_revision, version"
+_UPSERT = (
+    f"INSERT INTO ax_kv ({_KV_COLUMNS}) VALUES (?, ?, ?, ?, 1) "
+    "ON CONFLICT(key) DO UPDATE SET value = excluded.value, "
+    "mod_revision = excluded.mod_revision, version = ax_kv.version + 1 "
+    "RETURNING create_revision, version"
+)
 
 _Row = tuple[bytes, bytes, int, int, int]
 _ChangeRow = tuple[int, int, bytes, int, bytes, int, int]
@@ -512,14 +518,10 @@ class SqliteStore:
         for op in success if succeeded else failure:
             if isinstance(op, Put):
                 key = _encode(op.key)
-                old = conn.execute(
-                    "SELECT create_revision, version FROM ax_kv WHERE key = ?", (key,)
-                ).fetchone()
-                create, version = (new_revision, 1) if old is None else (old[0], old[1] + 1)
-                conn.execute(
-                    f"INSERT OR REPLACE INTO ax_kv ({_KV_COLUMNS}) VALUES (?, ?, ?, ?, ?)",
-                    (key, op.value, create, new_revision, version),
-                )
+                # One statement per put: the upsert keeps create_revision, bumps version
+                # and returns both (SQLite >= 3.35).
+                create, version = conn.execute(_UPSERT, (key, op.value, new_revision,
+                                                         new_revision)).fetchone()
                 changes.append((new_revision, len(changes), key, _PUT, op.value, create, version))
             elif isinstance(op, Delete):
                 if op.prefix:
