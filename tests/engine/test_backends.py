@@ -1,4 +1,4 @@
-"""The engine on every store × queue combination, against real etcd and Redis servers:
+"""The engine on every store x queue combination, against real etcd and Redis servers:
 the financial DAG end to end through a worker, and the seed-000 fence contract."""
 
 from __future__ import annotations
