@@ -87,3 +87,36 @@ def test_failed_run_exits_1_and_retry_from_node(tmp_path: Path,
     again = json.loads(capsys.readouterr().out.split("\n", 1)[1])
     assert again["status"] == "SUCCEEDED"
     assert again["path"].count("parse_pdf") == 1  # earlier committed nodes untouched
+
+
+def test_gate_prompt_on_a_terminal(tmp_path: Path) -> None:
+    """Attached to a terminal, ``ax run`` asks for the gate's decision and goes on."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    master, slave = pty.openpty()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AX_")}
+    proc = subprocess.Popen(  # our own CLI, stdin on a pseudo-terminal
+        [sys.executable, "-m", "axengine.cli", "run", DAG, "--input", GLOBEX,
+         "--home", str(tmp_path)],
+        stdin=slave, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
+    os.close(slave)
+    try:
+        seen = b""
+        assert proc.stdout is not None
+        while b"approve or reject?" not in seen:
+            chunk = proc.stdout.read1(4096)
+            assert chunk, seen.decode()
+            seen += chunk
+        assert b"== gate send_high_risk_email" in seen
+        os.write(master, b"a\n")
+        rest, _ = proc.communicate(timeout=60)
+    finally:
+        os.close(master)
+        if proc.poll() is None:
+            proc.kill()
+    out = (seen + rest).decode()
+    assert proc.returncode == 0, out
+    assert "notify_high_risk" in out and "SUCCEEDED" in out
