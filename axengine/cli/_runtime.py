@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from axengine.cli._common import config_of
 from axengine.engine import Engine
@@ -24,6 +24,3 @@ def with_engine(args: argparse.Namespace, op: Callable[[Engine], Awaitable[T]]) 
 
     return asyncio.run(main())
 
-
-def noop(*_: Any) -> None:
-    return None

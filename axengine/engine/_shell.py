@@ -18,7 +18,7 @@ import os
 import random
 import secrets
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -540,17 +540,6 @@ class Engine:
 
 def _event_with_seq(kv: KeyValue) -> Event:
     return replace(codec.decode_event(kv.value), seq=kv.create_revision)
-
-
-async def gather_bounded(coros: Iterable[Awaitable[Any]], limit: int) -> list[Any]:
-    """Run awaitables with at most ``limit`` in flight (used by the reconciler)."""
-    sem = asyncio.Semaphore(limit)
-
-    async def one(c: Awaitable[Any]) -> Any:
-        async with sem:
-            return await c
-
-    return await asyncio.gather(*(one(c) for c in coros))
 
 
 def host_pid_owner(prefix: str = "w") -> str:

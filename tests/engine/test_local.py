@@ -6,7 +6,6 @@ import asyncio
 import hashlib
 import json
 import time
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -238,34 +237,3 @@ nodes:
     assert ran == ["a", "b", "b", "c"]  # the retry did not re-run the committed "a"
     assert cancelled.status == "CANCELLED"
     assert all(state in ("CANCELLED", "SUCCEEDED") for state in cancelled.states.values())
-
-
-def test_queue_timeout_sends_unclaimed_work_to_dead(tmp_path: Path) -> None:
-    dag = load_dag_text("""
-name: q
-nodes:
-  n: {type: tool_call, tool: echo, input: x, queue_timeout: 1}
-""")
-
-    async def main() -> Any:
-        # No worker runs: concurrency 0 is not allowed, so submit on a bare engine and
-        # claim only after the queue timeout.
-        async with session(tmp_path) as s:
-            s.worker.lanes = ("nobody",)  # type: ignore[union-attr]
-            task = await s.submit(dag, {})
-            return task, s
-
-    task, _ = asyncio.run(main())
-
-    async def later() -> Any:
-        async with session(tmp_path) as s:
-            s.engine.clock = lambda: time.time() + 5  # the item waited past its bound
-            return await s.engine.claim(task, "n", worker="late"), await s.result(task)
-
-    claim, result = asyncio.run(later())
-    assert claim.result == "dead"
-    assert result.status == "DEAD" and "queue_timeout" in result.errors["n"]
-
-
-def _unused(_: Mapping[str, Any]) -> None:
-    return None

@@ -145,3 +145,24 @@ def test_seed_002_heartbeat_is_not_progress(make_engine: Callable[..., Engine],
         assert kinds.count("committed") == 1 and "lease_expired" in kinds
 
     run(scenario())
+
+
+def test_queue_timeout_sends_unclaimed_work_to_dead(make_engine: Callable[..., Engine],
+                                                    clock: FakeClock) -> None:
+    """A ready node nobody claimed within its queue_timeout is DEAD, not run late."""
+    engine = make_engine()
+    dag = load_dag_text("""
+name: q
+nodes:
+  n: {type: tool_call, tool: echo, input: x, queue_timeout: 1}
+""")
+
+    async def scenario() -> None:
+        task = (await engine.submit(dag, {})).task_id
+        clock.advance(5)
+        assert (await engine.claim(task, "n", worker="late")).result == "dead"
+        view = await engine.get_task(task)
+        assert view.task.status.value == "DEAD"
+        assert "queue_timeout" in view.snapshots["n"].error
+
+    run(scenario())
