@@ -203,11 +203,13 @@ class LocalSession:
         asked: set[str] = set()
         while True:
             flag.clear()
-            view = await self.engine.get_task(task_id)
-            status = view.task.status
+            # Only the task record on every wake-up: loading every snapshot per commit
+            # would make waiting O(nodes) per node.
+            status = (await self.engine.task_record(task_id)).status
             if status.final:
                 break
             if status is TaskStatus.PAUSED:
+                view = await self.engine.get_task(task_id)
                 progressed = False
                 for gate in result_of(view, ()).waiting:
                     decision = decide.get(gate)

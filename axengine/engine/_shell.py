@@ -497,6 +497,10 @@ class Engine:
 
     # ------------------------------------------------------------------ reads
 
+    async def task_record(self, task_id: str) -> TaskRecord:
+        """The task record alone (status and counters): one read, whatever the DAG size."""
+        return (await self._load_task(task_id))[0]
+
     async def get_task(self, task_id: str, *, resolve_blobs: bool = True) -> TaskView:
         task, _ = await self._load_task(task_id)
         dag = await self.get_dag(task.dag_hash)
