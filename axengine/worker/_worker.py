@@ -20,6 +20,7 @@ from typing import Any
 
 from axengine import faults
 from axengine.engine._shell import host_pid_owner
+from axengine.errors import AxError
 from axengine.queue import DEFAULT_LANE, FAST_LANE, WorkItem, WorkQueue
 from axengine.worker._context import EngineClient, RunContext
 from executors.contract import Failure, Handler, NodeRequest, Outcome, Success, Unavailable
@@ -202,11 +203,23 @@ class Worker:
         future = loop.run_in_executor(self._threads, self._call, request, ctx)
         faults.point("handler-running")
         try:
-            return await asyncio.wait_for(asyncio.shield(future), timeout=timeout)
-        except TimeoutError:
-            ctx.cancel()
-            return Failure(f"timed out after {time.monotonic() - started:.1f}s "
-                           f"(timeout {timeout:g}s)", retryable=True)
+            while True:
+                remaining = started + timeout - time.monotonic()
+                if remaining <= 0:
+                    ctx.cancel()
+                    return Failure(f"timed out after {time.monotonic() - started:.1f}s "
+                                   f"(timeout {timeout:g}s)", retryable=True)
+                waiting: set[asyncio.Future[Any]] = {future}
+                if not beats.done():
+                    waiting.add(beats)
+                done, _ = await asyncio.wait(waiting, timeout=remaining,
+                                             return_when=asyncio.FIRST_COMPLETED)
+                if future in done:
+                    return future.result()
+                if ctx.stale:
+                    # Fenced out: another worker owns the node. Stop waiting for a handler
+                    # that ignores cancellation; its result could never be committed.
+                    return Failure("fenced out: another worker owns the node", retryable=True)
         finally:
             beats.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -223,6 +236,14 @@ class Worker:
         interval = self.lease_seconds / 3
         while not ctx.cancelled:
             await asyncio.sleep(interval)
-            answer = await self.engine.heartbeat(req.task_id, req.node_id, fence=req.fence,
-                                                 lease_seconds=self.lease_seconds)
+            try:
+                answer = await self.engine.heartbeat(req.task_id, req.node_id, fence=req.fence,
+                                                     lease_seconds=self.lease_seconds)
+            except AxError as exc:
+                if not exc.retryable:
+                    raise
+                # The control plane is briefly unreachable: keep running; if the lease
+                # lapses meanwhile, the next answer is `stale` and the run stops then.
+                log.warning("heartbeat %s/%s: %s", req.task_id, req.node_id, exc)
+                continue
             ctx.beat_answer(answer)

@@ -237,3 +237,48 @@ nodes:
     assert ran == ["a", "b", "b", "c"]  # the retry did not re-run the committed "a"
     assert cancelled.status == "CANCELLED"
     assert all(state in ("CANCELLED", "SUCCEEDED") for state in cancelled.states.values())
+
+
+def test_fenced_out_run_stops_waiting_for_a_handler_that_ignores_cancellation(
+        tmp_path: Path) -> None:
+    """A worker whose fence went stale frees its slot at the next heartbeat, even if the
+    handler never looks at ``ctx.cancelled``; the late result is never committed."""
+    import threading
+
+    from axengine.worker import Worker
+
+    release = threading.Event()
+    dag = load_dag_text("name: s\nnodes:\n  n: {type: tool_call, tool: echo, input: x, "
+                        "timeout: 60}\n")
+
+    def stubborn(request: NodeRequest, ctx: NodeContext) -> Outcome:
+        release.wait(30)
+        return Success("late")
+
+    async def main() -> Any:
+        async with session(tmp_path, concurrency=1) as s:
+            s.worker.lanes = ("nobody",)  # type: ignore[union-attr]  # keep it idle
+            task = await s.submit(dag, {})
+            worker = Worker(engine=s.engine, queue=s.runtime.queue, handler=stubborn,
+                            concurrency=1, lease_seconds=0.6)
+            from axengine.queue import WorkItem
+
+            run = asyncio.create_task(worker.process(WorkItem(task, "n")))
+            for _ in range(500):  # until the worker has claimed the node
+                if (await s.engine.get_task(task)).snapshots["n"].state is NodeState.RUNNING:
+                    break
+                await asyncio.sleep(0.01)
+            else:
+                raise AssertionError("the worker never claimed the node")
+            await s.engine.cancel(task, by="test")  # bumps the fence: the run is stale
+            started = time.monotonic()
+            answer = await asyncio.wait_for(run, timeout=10)
+            waited = time.monotonic() - started
+            release.set()
+            return answer, waited, await s.engine.get_task(task)
+
+    answer, waited, view = asyncio.run(main())
+    assert answer == "stale"
+    assert waited < 30  # freed at the next heartbeat (0.2 s), not at the 60 s node timeout
+    assert view.snapshots["n"].state is NodeState.CANCELLED
+    assert view.snapshots["n"].output is None
