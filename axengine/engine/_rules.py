@@ -474,9 +474,7 @@ def plan_claim(view: View, node_id: str, *, worker: str, lease: float, now: floa
                + (f": {snap.error}" if snap.error else ""), retryable=False, dead=True)
         b.plan.result = "dead"
         return b.plan
-    until = now + lease
-    if task.deadline:
-        until = min(until, task.deadline)
+    until = _lease_until(view.task, now, lease)
     claimed = replace(
         snap, state=NodeState.RUNNING, fence=snap.fence + 1, attempt=snap.attempt + 1,
         owner=worker, lease_until=until, heartbeat_at=now, progress_at=now,
@@ -487,6 +485,11 @@ def plan_claim(view: View, node_id: str, *, worker: str, lease: float, now: floa
     b.plan.result = "claimed"
     b.plan.detail = claimed
     return b.plan
+
+
+def _lease_until(task: TaskRecord, now: float, lease: float) -> float:
+    """A lease never outlives the task's deadline."""
+    return min(now + lease, task.deadline) if task.deadline else now + lease
 
 
 def _holds(snap: Snapshot, fence: int, now: float) -> bool:
@@ -500,9 +503,7 @@ def plan_heartbeat(view: View, node_id: str, *, fence: int, lease: float, now: f
     if not _holds(snap, fence, now):
         return Plan("stale")
     b = _builder(view, now, ids, snap.owner)
-    until = now + lease
-    if view.task.deadline:
-        until = min(until, view.task.deadline)
+    until = _lease_until(view.task, now, lease)
     b.write(replace(snap, lease_until=until, heartbeat_at=now))
     b.plan.result = "ok"
     return b.plan
@@ -515,9 +516,7 @@ def plan_progress(view: View, node_id: str, *, fence: int, marker: str, lease: f
     if not _holds(snap, fence, now):
         return Plan("stale")
     b = _builder(view, now, ids, snap.owner)
-    until = now + lease
-    if view.task.deadline:
-        until = min(until, view.task.deadline)
+    until = _lease_until(view.task, now, lease)
     out = replace(snap, lease_until=until, heartbeat_at=now, progress_at=now,
                   progress_marker=marker[:200])
     b.write(out)

@@ -31,7 +31,17 @@ from axengine.errors import Conflict, InputError, NotFound, StoreError
 from axengine.keys import StoreKeys
 from axengine.queue import WorkItem, WorkQueue
 from axengine.records import Event, Snapshot, TaskRecord, TaskStatus
-from axengine.store import Get, KeyValue, Mod, Op, Put, StateStore, Version
+from axengine.store import (
+    Compare,
+    Get,
+    KeyValue,
+    Mod,
+    Op,
+    Put,
+    StateStore,
+    TxnResult,
+    Version,
+)
 from executors.contract import NodeRequest, Outcome
 
 __all__ = ["ClaimResult", "Engine", "EngineConfig", "SubmitResult", "TaskView"]
@@ -204,7 +214,7 @@ class Engine:
             plan = decided
             if not plan.writes and plan.task is None:
                 return plan, view
-            if await self._commit(view, plan):
+            if (await self._commit(view, plan)).succeeded:
                 await self._after_commit(view, plan)
                 return plan, view
         raise StoreError(f"task {task_id}: gave up after {MAX_CAS_RETRIES} conflicting writes")
@@ -246,11 +256,14 @@ class Engine:
             finished = now
         return replace(base, counts=counts, status=status, updated_at=now, finished_at=finished)
 
-    async def _commit(self, view: View, plan: rules.Plan) -> bool:
+    async def _commit(self, view: View, plan: rules.Plan, *,
+                      extra_compares: Sequence[Compare] = (), extra_ops: Sequence[Op] = (),
+                      failure: Sequence[Op] = ()) -> TxnResult:
+        """Write ``plan`` as one transaction (plus ``extra_*``, e.g. an idempotency key)."""
         now = self.clock()
         task_id = view.task.task_id
-        compares = []
-        ops: list[Op] = []
+        compares = list(extra_compares)
+        ops: list[Op] = list(extra_ops)
         task = self._task_writes(view, plan, now)
         if task is not None:
             compares.append(Mod(self.keys.task(task_id)) == view.task_rev)
@@ -269,10 +282,10 @@ class Engine:
         for event in plan.events:
             ops.append(Put(self.keys.event(task_id, event.event_id), codec.encode_event(event)))
         faults.point("before-commit")
-        result = await self.store.txn(compares, ops, [])
+        result = await self.store.txn(compares, ops, failure)
         if result.succeeded:
             faults.point("after-commit")
-        return result.succeeded
+        return result
 
     async def _after_commit(self, view: View, plan: rules.Plan) -> None:
         if plan.enqueue:
@@ -342,7 +355,7 @@ class Engine:
             view.snaps[nid] = Snapshot(task_id=task_id, node_id=nid, last_updated=now,
                                        preds_left=len(preds[nid]))
         plan = rules.plan_submit(view, now=now, ids=self._ids())
-        compares = []
+        compares: list[Compare] = []
         extra: list[Op] = []
         failure: list[Op] = []
         if idempotency_key:
@@ -350,18 +363,10 @@ class Engine:
             compares.append(Version(ikey) == 0)
             extra.append(Put(ikey, task_id.encode()))
             failure.append(Get(ikey))
-        # Counters start from nothing: every node is new.
-        view_for_counts = View(dag=dag, task=replace(task, counts={}), task_rev=0)
-        new_task = self._task_writes(view_for_counts, plan, now)
-        assert new_task is not None
-        ops: list[Op] = [Put(self.keys.task(task_id), codec.encode_task(new_task))]
-        compares.append(Mod(self.keys.task(task_id)) == 0)
-        for nid, snap in plan.writes.items():
-            ops.append(Put(self.keys.snapshot(task_id, nid),
-                           codec.encode_snapshot(self._externalize(snap))))
-        for event in plan.events:
-            ops.append(Put(self.keys.event(task_id, event.event_id), codec.encode_event(event)))
-        result = await self.store.txn(compares, [*ops, *extra], failure)
+        # Same commit as every transition: the task and snapshots are new (revision 0),
+        # so the counters are built from scratch.
+        result = await self._commit(view, plan, extra_compares=compares, extra_ops=extra,
+                                    failure=failure)
         if not result.succeeded:
             if idempotency_key and result.reads and result.reads[0]:
                 existing_id = result.reads[0][0].value.decode()
@@ -373,8 +378,6 @@ class Engine:
                     )
                 return SubmitResult(existing_id, created=False)
             raise Conflict(f"task id {task_id!r} already exists")
-        faults.point("after-commit")
-        plan.task = new_task
         await self._after_commit(view, plan)
         return SubmitResult(task_id, created=True)
 
