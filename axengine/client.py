@@ -43,7 +43,7 @@ from axengine import errors
 from axengine.dag import Dag
 from axengine.engine import TaskView
 from axengine.errors import AxError, DagError, DagProblem, InputError, StoreUnavailable
-from axengine.local import RunResult
+from axengine.local import RunResult, path_of
 from axengine.records import Event, NextHop, NodeState, Snapshot, TaskRecord, TaskStatus
 
 __all__ = [
@@ -190,7 +190,7 @@ def _result(task: Mapping[str, Any], events: list[Event]) -> RunResult:
         task_id=str(task["task_id"]),
         status=str(task["status"]),
         outputs={n: v.get("output") for n, v in nodes.items() if v["state"] == "SUCCEEDED"},
-        path=[e.node_id for e in events if e.kind in ("committed", "decided")],
+        path=path_of(events),
         states={n: str(v["state"]) for n, v in nodes.items()},
         waiting=[n for n, v in nodes.items()
                  if v["state"] == "PAUSED" and v.get("type") == "human_gateway"],

@@ -32,7 +32,7 @@ from axengine.wiring import Runtime, build_runtime
 from axengine.worker import Worker
 from executors.contract import Handler
 
-__all__ = ["GateDecider", "LocalSession", "RunResult", "load_any_dag", "result_of"]
+__all__ = ["GateDecider", "LocalSession", "RunResult", "load_any_dag", "path_of", "result_of"]
 
 #: Asked for a decision at a waiting gate: ``(task, node_id) -> "approve"|"reject"|None``.
 GateDecider = Callable[[TaskView, str], Awaitable[str | None]]
@@ -65,9 +65,14 @@ class RunResult:
         return self.status == TaskStatus.SUCCEEDED.value
 
 
+def path_of(events: Sequence[Event]) -> list[str]:
+    """The path taken: nodes in the order they committed (a gate by its decision)."""
+    return [e.node_id for e in events if e.kind in ("committed", "decided")]
+
+
 def result_of(view: TaskView, events: Sequence[Event]) -> RunResult:
     """Build a :class:`RunResult` from a task view and its timeline."""
-    path = [e.node_id for e in events if e.kind in ("committed", "decided")]
+    path = path_of(events)
     snaps = view.snapshots
     return RunResult(
         task_id=view.task.task_id,
