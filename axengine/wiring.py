@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from axengine.blobs import BlobStore, DirBlobStore
 from axengine.config import AxConfig
+from axengine.credentials import redact_url
 from axengine.engine import Engine, EngineConfig
 from axengine.errors import InputError
 from axengine.keys import StoreKeys
@@ -25,7 +26,7 @@ def open_store(url: str) -> StateStore:
         from axengine.store.etcd import EtcdStore
 
         return EtcdStore.from_url(url)
-    raise InputError(f"unsupported store URL {url!r}: use sqlite:///path or etcd://host:2379")
+    raise InputError(f"unsupported store URL {redact_url(url)!r}: use sqlite:///path or etcd://host:2379")
 
 
 def open_queue(url: str) -> WorkQueue:
@@ -38,7 +39,7 @@ def open_queue(url: str) -> WorkQueue:
         from axengine.queue.redis import RedisQueue
 
         return RedisQueue.from_url(url)
-    raise InputError(f"unsupported queue URL {url!r}: use memory:// or redis://host:6379/0")
+    raise InputError(f"unsupported queue URL {redact_url(url)!r}: use memory:// or redis://host:6379/0")
 
 
 @dataclass

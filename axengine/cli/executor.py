@@ -13,10 +13,10 @@ import os
 import sys
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 from axengine.cli._common import EXIT_FAILED, EXIT_OK, fail, parse_json_arg
 from axengine.config import AxConfig
+from axengine.credentials import redact_url
 from axengine.errors import AxError
 from axengine.queue import DEFAULT_LANE, FAST_LANE
 from axengine.worker._process import DEFAULT_GRACE_SECONDS, ExecutorSettings, serve
@@ -73,16 +73,6 @@ def read_token(args: argparse.Namespace) -> str:
     raise AxError(f"--token-file {args.token_file} holds no token")
 
 
-def redact(url: str) -> str:
-    """``url`` with any password replaced by ``***`` (for logs)."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rpartition("@")[2]
-    user = parts.username or ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
-
-
 def cmd_executor(args: argparse.Namespace) -> int:
     logging.basicConfig(level=getattr(logging, args.log_level),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -107,7 +97,7 @@ def cmd_executor(args: argparse.Namespace) -> int:
 
     def announce(worker_id: str) -> None:
         print(f"ax executor: worker {worker_id} (pid {os.getpid()}) serving api {args.api}, "
-              f"queue {redact(args.queue)}, concurrency {args.concurrency}, "
+              f"queue {redact_url(args.queue)}, concurrency {args.concurrency}, "
               f"lease {args.lease:g}s", flush=True)
 
     try:

@@ -22,6 +22,7 @@ from axengine.cli._common import (
     node_table,
     parse_json_arg,
 )
+from axengine.credentials import redact_url
 from axengine.engine import Event, TaskRecord, TaskView
 from axengine.errors import AxError, DagError
 from axengine.local import LocalSession, RunResult, load_any_dag
@@ -102,11 +103,11 @@ async def _run(args: argparse.Namespace, dag: Any, task_input: Any, decide: dict
             task_id = args.resume
             view = await session.engine.get_task(task_id)
             printer.say(f"resuming task {task_id} ({view.dag.name}, {view.task.status.value}) "
-                        f"from {config.resolved_store_url}")
+                        f"from {redact_url(config.resolved_store_url)}")
         else:
             wanted = f"t-{secrets.token_hex(8)}"
             printer.say(f"task {wanted}: running {dag.name} ({len(dag.nodes)} nodes) — "
-                        f"state in {config.resolved_store_url}")
+                        f"state in {redact_url(config.resolved_store_url)}")
             printer.task_id = wanted
             task_id = await session.submit(dag, task_input, labels=labels, task_id=wanted,
                                            idempotency_key=args.idempotency_key)

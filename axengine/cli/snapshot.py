@@ -12,6 +12,7 @@ from typing import Any
 from axengine.cli._common import EXIT_FAILED, EXIT_OK, add_home, config_of, fail
 from axengine.cli._runtime import with_engine
 from axengine.config import AxConfig
+from axengine.credentials import redact_url
 from axengine.errors import AxError
 from axengine.fixtures import export_task, restore_task
 from axengine.local import LocalSession
@@ -61,7 +62,7 @@ def cmd_import(args: argparse.Namespace) -> int:
         task_id = with_engine(args, lambda e: restore_task(e, _load(args.fixture)))
     except (AxError, OSError, ValueError) as exc:
         return fail(str(exc), EXIT_FAILED)
-    print(f"restored task {task_id} into {config_of(args).resolved_store_url}")
+    print(f"restored task {task_id} into {redact_url(config_of(args).resolved_store_url)}")
     return EXIT_OK
 
 

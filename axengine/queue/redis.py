@@ -22,21 +22,28 @@ timeout. Every item made poppable (enqueue, requeue, recover) pushes a token to 
 list, so an item in any lane wakes a waiting ``pop`` at once;
 a delayed item that becomes due is seen at most ``poll_interval`` late. Every move stays a
 server-side atomic move, so a crash never drops a popped item between two commands.
+
+Credentials: the password comes from the URL or from ``password_file``, which is read for
+every new connection (a redis-py credential provider), so a rotated password needs no
+restart. A refused password, a missing one, or an ACL user without the needed permission
+raises a non-retryable :class:`~axengine.errors.QueueError` saying which; redis-py's
+messages never contain the password, and neither do ours.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff
-from redis.exceptions import RedisError
+from redis.credentials import CredentialProvider
+from redis.exceptions import AuthenticationError, NoPermissionError, RedisError
 
 from axengine.errors import QueueError
 from axengine.keys import QueueKeys
@@ -44,6 +51,8 @@ from axengine.queue._protocol import DEFAULT_LANE, FAST_LANE, WorkItem
 from axengine.queue.settings import RedisSettings
 
 __all__ = ["RedisQueue"]
+
+T = TypeVar("T")
 
 #: Most due delayed items one ``pop`` releases into their lanes (bounds script time).
 RELEASE_BATCH = 1000
@@ -396,19 +405,79 @@ class RedisQueue:
             raise QueueError("the Redis queue is closed; create a new RedisQueue")
 
 
+class _Retry(Retry):
+    """redis-py's ``Retry`` minus authentication errors (a ``ConnectionError`` subclass).
+
+    Retrying a refused password cannot help, and redis-py 8.1 leaks the TLS socket of
+    every retried login; the failed connection is closed once, then the error raised.
+    """
+
+    async def call_with_retry(
+        self,
+        do: Callable[[], Awaitable[T]],
+        fail: Callable[..., Any],
+        is_retryable: Callable[[Exception], bool] | None = None,
+        with_failure_count: bool = False,
+    ) -> T:
+        def retryable(error: Exception) -> bool:
+            if isinstance(error, AuthenticationError):
+                return False
+            return is_retryable is None or is_retryable(error)
+
+        try:
+            return await super().call_with_retry(do, fail, retryable, with_failure_count)
+        except AuthenticationError as error:
+            await (fail(error, 1) if with_failure_count else fail(error))
+            raise
+
+
+class _PasswordFile(CredentialProvider):
+    """Credentials read from ``settings.password_file`` for each new connection."""
+
+    def __init__(self, settings: RedisSettings) -> None:
+        self._settings = settings
+
+    def get_credentials(self) -> tuple[str] | tuple[str, str]:
+        try:
+            password = self._settings.read_password()
+        except ValueError as exc:
+            # A QueueError passes through redis-py's retries untouched: retrying cannot
+            # make a missing file appear.
+            raise _not_retryable(str(exc)) from None
+        assert password is not None
+        user = self._settings.username
+        return (user, password) if user else (password,)
+
+    async def get_credentials_async(self) -> tuple[str] | tuple[str, str]:
+        return self.get_credentials()
+
+
 def _connect(settings: RedisSettings) -> aioredis.Redis:
-    retry = Retry(ExponentialWithJitterBackoff(base=0.01, cap=0.5), settings.retries)
+    retry = _Retry(ExponentialWithJitterBackoff(base=0.01, cap=0.5), settings.retries)
+    from_file = settings.password_file is not None
     return aioredis.Redis(
         host=settings.host,
         port=settings.port,
         db=settings.db,
-        username=settings.username,
-        password=settings.password,
+        username=None if from_file else settings.username,
+        password=None if from_file else settings.password,
+        credential_provider=_PasswordFile(settings) if from_file else None,
         ssl=settings.ssl,
+        ssl_ca_certs=settings.ssl_ca_certs,
+        ssl_certfile=settings.ssl_certfile,
+        ssl_keyfile=settings.ssl_keyfile,
+        ssl_cert_reqs=settings.ssl_cert_reqs,
+        ssl_check_hostname=settings.ssl_check_hostname,
         socket_timeout=settings.socket_timeout,
         socket_connect_timeout=settings.connect_timeout,
         retry=retry,
     )
+
+
+def _not_retryable(message: str) -> QueueError:
+    error = QueueError(message)
+    error.retryable = False
+    return error
 
 
 def _decode(raw: Any) -> WorkItem:
@@ -423,6 +492,21 @@ def _map_errors(operation: str) -> Iterator[None]:
     """Turn redis-py and socket errors into :class:`QueueError` at the adapter edge."""
     try:
         yield
+    except AuthenticationError as exc:
+        text = str(exc).lower()
+        # NOAUTH: no password was sent ("Authentication required", or HELLO refused).
+        if "required" in text or "already authenticated" in text:
+            hint = ("authentication required: the server has a password and the queue URL "
+                    "gives none (redis://:PASSWORD@host or ?password_file=/path)")
+        else:  # WRONGPASS, or a password sent to a server that has none
+            hint = ("authentication failed: the server refused the user or password; "
+                    "check the password (or password_file) of the queue URL")
+        raise _not_retryable(f"Redis queue {operation} failed: {hint} ({exc})") from exc
+    except NoPermissionError as exc:
+        raise _not_retryable(
+            f"Redis queue {operation} failed: the Redis user lacks permission ({exc}); its "
+            "ACL must allow the queue's keys (~PREFIX:*) and commands (see docs/queues.md)"
+        ) from exc
     except RedisError as exc:
         raise QueueError(f"Redis queue {operation} failed: {exc}") from exc
     except OSError as exc:

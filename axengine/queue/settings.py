@@ -5,15 +5,24 @@ builds the settings :class:`axengine.queue.redis.RedisQueue` connects with. This
 does not import redis-py, so configuration can be parsed without the client installed.
 
 Accepted URL forms: ``redis://[[user]:password@]host[:port][/db][?option=value&...]``
-and ``rediss://...`` (TLS). Query options are the non-connection fields below:
-``prefix``, ``socket_timeout``, ``connect_timeout``, ``retries``, ``poll_interval``.
+and ``rediss://...`` (TLS), as redis-py's ``Redis.from_url`` reads them. Query options:
+``prefix``, ``socket_timeout``, ``connect_timeout``, ``retries``, ``poll_interval``;
+``password_file`` (a file holding the password, so it appears in no URL or process
+list; read at each new connection, so a rotated password is picked up); and, with
+``rediss://``, redis-py's ``ssl_ca_certs``, ``ssl_certfile``, ``ssl_keyfile``,
+``ssl_cert_reqs`` (``required``/``optional``/``none``) and ``ssl_check_hostname``.
+
+Credentials stay out of every text ax prints: ``repr`` masks the password and
+:func:`redact_url` masks it in a URL before the URL is shown.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
+
+from axengine.credentials import masked_repr, read_secret, redact_url
 
 __all__ = [
     "DEFAULT_CONNECT_TIMEOUT",
@@ -23,6 +32,7 @@ __all__ = [
     "DEFAULT_RETRIES",
     "DEFAULT_SOCKET_TIMEOUT",
     "RedisSettings",
+    "redact_url",
 ]
 
 #: Port used when the URL names none.
@@ -39,8 +49,16 @@ DEFAULT_RETRIES = 3
 #: item in a lower-priority lane or a delayed item that became due.
 DEFAULT_POLL_INTERVAL = 0.1
 
-_QUERY_OPTIONS = ("prefix", "socket_timeout", "connect_timeout", "retries", "poll_interval")
-
+_QUERY_OPTIONS = (
+    "prefix", "socket_timeout", "connect_timeout", "retries", "poll_interval",
+    "password_file", "ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_cert_reqs",
+    "ssl_check_hostname",
+)
+_TLS_OPTIONS = ("ssl_ca_certs", "ssl_certfile", "ssl_keyfile", "ssl_cert_reqs",
+                "ssl_check_hostname")
+_CERT_REQS = ("required", "optional", "none")
+_BOOLEANS = {"1": True, "true": True, "yes": True, "on": True,
+             "0": False, "false": False, "no": False, "off": False}
 
 @dataclass(frozen=True, kw_only=True)
 class RedisSettings:
@@ -51,8 +69,17 @@ class RedisSettings:
         port: Redis TCP port.
         db: Logical database number.
         username: ACL user name, if any.
-        password: Password, if any (never shown in ``repr``).
+        password: Password, if any (shown as ``***`` by ``repr``).
+        password_file: File holding the password instead (read at each new connection;
+            one trailing line break is ignored).
         ssl: Connect with TLS (``rediss://``).
+        ssl_ca_certs: PEM file of the CA of the server certificate (system roots if None).
+        ssl_certfile: PEM client certificate, for servers started with
+            ``tls-auth-clients yes`` (requires ``ssl_keyfile``).
+        ssl_keyfile: PEM private key of ``ssl_certfile``.
+        ssl_cert_reqs: Whether the server certificate must verify: ``"required"``
+            (default), ``"optional"`` or ``"none"``.
+        ssl_check_hostname: Whether the server certificate must name ``host``.
         prefix: Root of every key the queue writes; use a hash tag such as ``{ax}`` to
             keep all keys in one slot of a Redis Cluster.
         socket_timeout: Seconds one command may take.
@@ -66,8 +93,14 @@ class RedisSettings:
     port: int = DEFAULT_REDIS_PORT
     db: int = 0
     username: str | None = None
-    password: str | None = field(default=None, repr=False)
+    password: str | None = None
+    password_file: str | None = None
     ssl: bool = False
+    ssl_ca_certs: str | None = None
+    ssl_certfile: str | None = None
+    ssl_keyfile: str | None = None
+    ssl_cert_reqs: str = "required"
+    ssl_check_hostname: bool = True
     prefix: str = DEFAULT_QUEUE_PREFIX
     socket_timeout: float = DEFAULT_SOCKET_TIMEOUT
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
@@ -87,6 +120,37 @@ class RedisSettings:
                 f"than socket_timeout ({self.socket_timeout}): a blocking wait longer than "
                 "the socket timeout would be reported as a dead connection"
             )
+        if self.password is not None and self.password_file is not None:
+            raise ValueError("give the Redis password or a password_file, not both")
+        if (self.ssl_certfile is None) != (self.ssl_keyfile is None):
+            raise ValueError("Redis TLS ssl_certfile and ssl_keyfile must be given together")
+        if self.ssl_cert_reqs not in _CERT_REQS:
+            raise ValueError(
+                f"RedisSettings.ssl_cert_reqs must be one of {', '.join(_CERT_REQS)}, "
+                f"not {self.ssl_cert_reqs!r}"
+            )
+        changed = [name for name in _TLS_OPTIONS
+                   if getattr(self, name) != _FIELD_DEFAULTS[name]]
+        if changed and not self.ssl:
+            raise ValueError(
+                f"Redis option(s) {', '.join(changed)} need TLS: use a rediss:// URL"
+            )
+
+    def __repr__(self) -> str:
+        return masked_repr(self, ("password",))
+
+    __str__ = __repr__
+
+    def read_password(self) -> str | None:
+        """The password to authenticate with: ``password``, or ``password_file``'s content.
+
+        Raises:
+            ValueError: ``password_file`` cannot be read or is empty; the message names
+                the file, never its content.
+        """
+        if self.password_file is None:
+            return self.password
+        return read_secret(self.password_file, "Redis password_file")
 
     @classmethod
     def from_url(cls, url: str) -> RedisSettings:
@@ -94,19 +158,22 @@ class RedisSettings:
 
         Args:
             url: A ``redis://`` or ``rediss://`` URL. Query options: ``prefix``,
-                ``socket_timeout``, ``connect_timeout``, ``retries``, ``poll_interval``.
+                ``socket_timeout``, ``connect_timeout``, ``retries``, ``poll_interval``,
+                ``password_file``, and with ``rediss://`` ``ssl_ca_certs``,
+                ``ssl_certfile``, ``ssl_keyfile``, ``ssl_cert_reqs``,
+                ``ssl_check_hostname``.
 
         Returns:
             The settings; fields absent from the URL keep their defaults.
 
         Raises:
             ValueError: The scheme, database number or an option is invalid; the message
-                names the offending part.
+                names the offending part and never shows the password.
         """
         parts = urlsplit(url)
         if parts.scheme not in ("redis", "rediss"):
             raise ValueError(
-                f"unsupported Redis URL scheme {parts.scheme!r} in {_redact(url)!r}; "
+                f"unsupported Redis URL scheme {parts.scheme!r} in {redact_url(url)!r}; "
                 "use redis://host:6379/0 or rediss://host:6379/0"
             )
         path = parts.path.strip("/")
@@ -115,7 +182,7 @@ class RedisSettings:
             port = parts.port or DEFAULT_REDIS_PORT
         except ValueError as exc:
             raise ValueError(
-                f"invalid port or database in Redis URL {_redact(url)!r}: {exc}; "
+                f"invalid port or database in Redis URL {redact_url(url)!r}: {exc}; "
                 "expected redis://host:6379/0"
             ) from None
         settings = cls(
@@ -138,22 +205,21 @@ class RedisSettings:
         return replace(settings, **options)
 
 
+_FIELD_DEFAULTS: dict[str, Any] = {f.name: f.default for f in fields(RedisSettings)}
+
+
 def _convert(name: str, raw: str, type_name: str) -> Any:
     try:
         if type_name == "int":
             return int(raw)
         if type_name == "float":
             return float(raw)
-    except ValueError:
+        if type_name == "bool":
+            return _BOOLEANS[raw.lower()]
+    except (ValueError, KeyError):
         raise ValueError(
             f"Redis URL option {name}={raw!r} is not a valid {type_name}"
         ) from None
-    return raw
+    return raw or None if type_name.endswith("None") else raw
 
 
-def _redact(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return parts._replace(netloc=netloc).geturl()

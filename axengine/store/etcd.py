@@ -21,6 +21,14 @@ written twice in one branch, an empty key) raises ``ValueError`` exactly as
 :class:`~axengine.store.embedded.SqliteStore` does. Requests wait for the channel to be
 ready (``wait_for_ready``) and gRPC reconnects within a second, so after an etcd
 restart the next call succeeds without any action by the caller.
+
+Authentication: with a user, the store logs in (``Auth.Authenticate``, password from the
+URL or read from ``password_file`` at each login) and sends the token with every request
+and watch. etcd forgets tokens on restart and expires idle ones (``--auth-token-ttl``);
+a request refused with "invalid auth token" has not run, so the store logs in again and
+sends it once more. A wrong password, a missing user or a missing permission raises a
+non-retryable :class:`~axengine.errors.StoreError` that says which of the three it is;
+no message carries the password.
 """
 
 from __future__ import annotations
@@ -83,8 +91,6 @@ _OPERATORS: dict[str, Callable[[Any, Any], Any]] = {
 }
 #: Texts of etcd's authentication errors (rpctypes.ErrGRPCAuthFailed, ...).
 _AUTH_ERRORS = ("authentication failed", "user name is empty", "invalid auth token")
-#: Key of the cheapest request that returns the current revision in its header.
-_PROBE_KEY = b"\0"
 
 _Status = grpc.StatusCode
 
@@ -144,8 +150,8 @@ def _request_op(op: Op) -> Any:
     raise TypeError(f"txn op must be Put, Delete or Get, not {type(op).__name__}")
 
 
-def _map_rpc_error(exc: grpc.RpcError, where: str) -> Exception:
-    """Translate a gRPC failure of a request to ``where`` into ax's error tree."""
+def _map_rpc_error(exc: grpc.RpcError, where: str, user: str | None = None) -> Exception:
+    """Translate a gRPC failure of a request to ``where`` (as ``user``) into ax's tree."""
     code = exc.code() if isinstance(exc, grpc.aio.AioRpcError) else None
     details = (exc.details() if isinstance(exc, grpc.aio.AioRpcError) else None) or str(exc)
     if code in (_Status.UNAVAILABLE, _Status.DEADLINE_EXCEEDED, _Status.CANCELLED):
@@ -157,7 +163,7 @@ def _map_rpc_error(exc: grpc.RpcError, where: str) -> Exception:
     # token as UNAUTHENTICATED; none of them is a malformed request of the caller.
     auth = any(text in details for text in _AUTH_ERRORS)
     if code in (_Status.UNAUTHENTICATED, _Status.PERMISSION_DENIED) or auth:
-        error = StoreError(f"etcd at {where} refused the credentials: {details}")
+        error = StoreError(f"etcd at {where} refused the credentials: {_auth_hint(details, user)}")
         error.retryable = False
         return error
     if code == _Status.INVALID_ARGUMENT:
@@ -174,20 +180,61 @@ def _map_rpc_error(exc: grpc.RpcError, where: str) -> Exception:
     return StoreError(f"etcd at {where} failed: {details}")
 
 
-def _map_client_error(exc: BaseException, where: str) -> Exception:
+def _auth_hint(details: str, user: str | None) -> str:
+    """What went wrong with the credentials, and what to change."""
+    if "user name is empty" in details:
+        return (f"authentication required ({details}); name a user in the store URL: "
+                "etcd://user@host:2379?password_file=/path")
+    if "authentication failed" in details:
+        return (f"authentication failed for user {user!r} ({details}); check the user and "
+                "the password (or password_file) of the store URL")
+    if "permission denied" in details:
+        return (f"user {user!r} lacks permission ({details}); grant its role readwrite on "
+                "the key prefix: etcdctl role grant-permission ROLE --prefix=true readwrite /ax/")
+    return details
+
+
+class _WatchRefused(Exception):
+    """etcd created and at once cancelled a watch (``cancel_reason`` says why)."""
+
+
+class _Watcher(Watcher):  # type: ignore[misc]  # aetcd ships no types
+    """aetcd's :class:`Watcher`, but a watch etcd refuses fails instead of hanging.
+
+    etcd answers a watch it does not permit (a key range outside the user's roles, or an
+    auth token that expired before the watch stream opened) with ``created`` and
+    ``canceled`` set; aetcd 1.0.0 takes that for a live watch that never yields.
+    """
+
+    async def _handle_response(self, response: Any) -> None:
+        if response.created and response.canceled:
+            async with self._lock:
+                if self._new_callback is not None:
+                    reason = response.cancel_reason or "watch cancelled by etcd"
+                    self._new_callback.error = _WatchRefused(reason)
+                    self._new_callback_ready.notify_all()
+            return
+        await super()._handle_response(response)
+
+
+def _map_client_error(exc: BaseException, where: str, user: str | None = None) -> Exception:
     """Translate what aetcd's watcher delivers (aetcd or gRPC errors)."""
+    if isinstance(exc, _WatchRefused):
+        error = StoreError(f"etcd at {where} refused the watch: {_auth_hint(str(exc), user)}")
+        error.retryable = False
+        return error
     if isinstance(exc, RevisionCompactedError):
         return RevisionCompacted(
             f"etcd at {where} compacted revisions below {exc.compacted_revision}; re-read "
             "the current state and watch from its revision"
         )
     if isinstance(exc, grpc.RpcError):
-        return _map_rpc_error(exc, where)
+        return _map_rpc_error(exc, where, user)
     if isinstance(exc, WatchTimeoutError):
         return StoreUnavailable(f"etcd at {where} did not confirm the watch in time")
     cause = exc.__cause__
     if isinstance(exc, ClientError) and isinstance(cause, grpc.RpcError):
-        return _map_rpc_error(cause, where)
+        return _map_rpc_error(cause, where, user)
     return StoreError(f"etcd at {where} failed: {exc!r}")
 
 
@@ -199,7 +246,7 @@ class _Connection:
         self.channel = channel
         self.metadata = metadata
         self.kv = rpc.KVStub(channel)
-        self.watcher = Watcher(rpc.WatchStub(channel), timeout=timeout, metadata=metadata)
+        self.watcher = _Watcher(rpc.WatchStub(channel), timeout=timeout, metadata=metadata)
 
     async def close(self) -> None:
         # Shutting the watcher down ends its watches with no error; EtcdStore.watch
@@ -223,8 +270,9 @@ class EtcdStore:
         endpoints: ``(host, port)`` of etcd members; one is used at a time, the next one
             after a connection failure.
         timeout: Seconds per request, including waiting for a (re)connection.
-        username: etcd user, with ``password``.
+        username: etcd user, with ``password`` or ``password_file``.
         password: Password of ``username``.
+        password_file: File holding the password of ``username``, read at each login.
         tls: Use TLS (implied by ``ca_cert``/``cert``/``key``).
         ca_cert: PEM file of the CA of the server certificates (system roots if None).
         cert: PEM client certificate for mutual TLS, with ``key``.
@@ -246,6 +294,7 @@ class EtcdStore:
         timeout: float = DEFAULT_ETCD_TIMEOUT,
         username: str | None = None,
         password: str | None = None,
+        password_file: str | None = None,
         tls: bool = False,
         ca_cert: str | None = None,
         cert: str | None = None,
@@ -257,6 +306,7 @@ class EtcdStore:
             timeout=timeout,
             username=username,
             password=password,
+            password_file=password_file,
             tls=tls,
             ca_cert=ca_cert,
             cert=cert,
@@ -277,6 +327,7 @@ class EtcdStore:
             timeout=settings.timeout,
             username=settings.username,
             password=settings.password,
+            password_file=settings.password_file,
             tls=settings.tls,
             ca_cert=settings.ca_cert,
             cert=settings.cert,
@@ -292,6 +343,11 @@ class EtcdStore:
     def __repr__(self) -> str:
         members = ",".join(f"{h}:{p}" for h, p in self.settings.endpoints)
         return f"EtcdStore(endpoints={members!r})"
+
+    @property
+    def max_txn_ops(self) -> int:
+        """The server's ``--max-txn-ops`` as the URL declares it (``?max_txn_ops=``)."""
+        return self.settings.max_txn_ops
 
     # -- connection -------------------------------------------------------------------
 
@@ -340,14 +396,21 @@ class EtcdStore:
         metadata = None
         if settings.username is not None:
             try:
+                password = settings.read_password()
+            except ValueError as exc:
+                await channel.close()
+                error = StoreError(str(exc))
+                error.retryable = False
+                raise error from None
+            try:
                 response = await rpc.AuthStub(channel).Authenticate(
-                    rpc.AuthenticateRequest(name=settings.username, password=settings.password),
+                    rpc.AuthenticateRequest(name=settings.username, password=password),
                     timeout=settings.timeout,
                     wait_for_ready=True,
                 )
             except grpc.RpcError as exc:
                 await channel.close()
-                raise _map_rpc_error(exc, target) from exc
+                raise _map_rpc_error(exc, target, settings.username) from exc
             metadata = (("token", response.token),)
         return _Connection(target, channel, metadata, settings.timeout)
 
@@ -370,7 +433,7 @@ class EtcdStore:
                     wait_for_ready=True,
                 )
             except grpc.RpcError as exc:
-                error = _map_rpc_error(exc, conn.target)
+                error = _map_rpc_error(exc, conn.target, self.settings.username)
                 self._connection_failed(conn, error)
                 # An expired token (etcd restarted) is refused before anything runs,
                 # so sending the request again after a fresh login is safe.
@@ -447,7 +510,9 @@ class EtcdStore:
 
     async def revision(self) -> int:
         """Return the current store revision."""
-        response = await self._unary("Range", rpc.RangeRequest(key=_PROBE_KEY, count_only=True))
+        # An empty transaction reads no key, so it needs no permission: a user granted
+        # only the ax key prefix may ask for the revision (the API's /readyz does).
+        response = await self._unary("Txn", rpc.TxnRequest())
         return int(response.header.revision)
 
     # -- transactions -----------------------------------------------------------------
@@ -512,15 +577,30 @@ class EtcdStore:
         return self._watch(prefix, start_revision)
 
     async def _watch(self, prefix: str, start_revision: int) -> AsyncIterator[WatchEvent]:
-        conn = await self._connection()
         key, end = _span(prefix, True)
         queue: asyncio.Queue[Any] = asyncio.Queue()
-        try:
-            callback = await conn.watcher.add_callback(
-                key, queue.put, range_end=end, start_revision=start_revision or None
-            )
-        except Exception as exc:
-            raise _map_client_error(exc, conn.target) from exc
+        user = self.settings.username
+        for attempt in range(2):
+            conn = await self._connection()
+            try:
+                callback = await conn.watcher.add_callback(
+                    key, queue.put, range_end=end, start_revision=start_revision or None
+                )
+                break
+            except Exception as exc:
+                error = _map_client_error(exc, conn.target, user)
+                self._connection_failed(conn, error)
+                # etcd refuses a watch alike for an expired token and for a missing
+                # permission; a fresh login tells the two apart (the watch never ran).
+                if isinstance(exc, _WatchRefused) and user is not None:
+                    self._failed = conn
+                if attempt == 0 and self._failed is conn and not isinstance(
+                    error, StoreUnavailable
+                ):
+                    continue
+                raise error from exc
+        else:
+            raise AssertionError("unreachable")
         try:
             while True:
                 item = await queue.get()
@@ -529,7 +609,9 @@ class EtcdStore:
                         return
                     raise StoreUnavailable(f"etcd watch stream to {conn.target} was closed")
                 if isinstance(item, BaseException):
-                    raise _map_client_error(item, conn.target) from item
+                    error = _map_client_error(item, conn.target, user)
+                    self._connection_failed(conn, error)
+                    raise error from item
                 yield WatchEvent("delete" if item.kind == "DELETE" else "put", _kv(item.kv))
         finally:
             with contextlib.suppress(Exception):

@@ -6,8 +6,15 @@
     sqlite://:memory:
     etcd://127.0.0.1:2379,10.0.0.2:2379?timeout=5&max_txn_ops=20000
     etcds://user:secret@etcd.internal:2379?ca=/etc/ax/ca.pem&cert=/etc/ax/c.pem&key=/etc/ax/k.pem
+    etcd://ax@etcd:2379?password_file=/run/secrets/etcd-password
 
-This module imports nothing but the standard library, so configuration code can build
+Credentials stay out of every text ax prints: ``repr`` of the settings masks the password,
+and :func:`redact_url` masks it in a URL before the URL is shown. ``password_file`` keeps
+the password out of the URL (and so out of process lists and shell history) altogether;
+the file is read at each login, so a rotated password is picked up on the next one.
+
+This module imports nothing but the standard library (and the stdlib-only
+:mod:`axengine.credentials`), so configuration code can build
 settings without loading the SQLite or gRPC machinery.
 """
 
@@ -16,6 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 from urllib.parse import parse_qs, unquote
+
+from axengine.credentials import masked_repr, read_secret, redact_url
 
 __all__ = [
     "DEFAULT_BUSY_TIMEOUT",
@@ -26,6 +35,8 @@ __all__ = [
     "DEFAULT_WATCH_RETENTION",
     "EtcdSettings",
     "SqliteSettings",
+    "read_secret",
+    "redact_url",
 ]
 
 #: Seconds a writer waits for another process's write lock before ``StoreUnavailable``.
@@ -50,7 +61,6 @@ DEFAULT_ETCD_TIMEOUT = 5.0
 DEFAULT_MAX_TXN_OPS = 128
 
 _TRUE = {"1", "true", "yes", "on"}
-
 
 def _query(url: str) -> tuple[str, dict[str, str]]:
     base, _, query = url.partition("?")
@@ -164,8 +174,10 @@ class EtcdSettings:
         endpoints: ``(host, port)`` pairs; the store uses one at a time and moves to the
             next after a connection failure.
         timeout: Seconds per request, including the wait for a (re)connection.
-        username: etcd user (requires ``password``).
-        password: Password of ``username``.
+        username: etcd user (requires ``password`` or ``password_file``).
+        password: Password of ``username`` (shown as ``***`` by ``repr``).
+        password_file: File holding the password of ``username`` instead (read at each
+            login; one trailing line break is ignored).
         tls: Use TLS. Implied by ``ca_cert``/``cert``/``key`` and by ``etcds://``.
         ca_cert: PEM file of the CA that signed the server certificate (system roots
             when None).
@@ -179,6 +191,7 @@ class EtcdSettings:
     timeout: float = DEFAULT_ETCD_TIMEOUT
     username: str | None = None
     password: str | None = None
+    password_file: str | None = None
     tls: bool = False
     ca_cert: str | None = None
     cert: str | None = None
@@ -188,8 +201,14 @@ class EtcdSettings:
     def __post_init__(self) -> None:
         if not self.endpoints:
             raise ValueError("etcd settings need at least one endpoint")
-        if (self.username is None) != (self.password is None):
-            raise ValueError("etcd username and password must be given together")
+        if self.password is not None and self.password_file is not None:
+            raise ValueError("give the etcd password or a password_file, not both")
+        has_secret = self.password is not None or self.password_file is not None
+        if (self.username is None) == has_secret:
+            raise ValueError(
+                "etcd username and password go together: etcd://user:password@host or "
+                "etcd://user@host?password_file=/path"
+            )
         if (self.cert is None) != (self.key is None):
             raise ValueError("etcd TLS client cert and key must be given together")
         if self.max_txn_ops <= 0:
@@ -197,37 +216,62 @@ class EtcdSettings:
         if self.timeout <= 0:
             raise ValueError("etcd timeout must be positive")
 
+    def __repr__(self) -> str:
+        return masked_repr(self, ("password",))
+
+    __str__ = __repr__
+
     @property
     def use_tls(self) -> bool:
         """Whether connections use TLS."""
         return self.tls or any(p is not None for p in (self.ca_cert, self.cert, self.key))
 
+    def read_password(self) -> str | None:
+        """The password to log in with: ``password``, or the content of ``password_file``.
+
+        Raises:
+            ValueError: ``password_file`` cannot be read or is empty.
+        """
+        if self.password_file is not None:
+            return read_secret(self.password_file, "etcd password_file")
+        return self.password
+
     @classmethod
     def from_url(cls, url: str) -> EtcdSettings:
-        """Parse ``etcd://[user:password@]host[:port][,host2[:port]]...[?params]``.
+        """Parse ``etcd://[user[:password]@]host[:port][,host2[:port]]...[?params]``.
 
         ``etcds://`` turns TLS on. Query parameters: ``timeout`` (seconds), ``ca``,
         ``cert``, ``key`` (PEM file paths), ``tls`` (``true``/``false``),
-        ``max_txn_ops``.
+        ``password_file`` (path of a file holding the password of ``user``; the URL
+        then names the user only), ``max_txn_ops``.
 
         Raises:
-            ValueError: Not an etcd URL, a bad host/port, or an unknown parameter.
+            ValueError: Not an etcd URL, a bad host/port, a user without a password, or an
+                unknown parameter. Messages show the URL with its password masked.
         """
         base, params = _query(url)
         scheme, sep, rest = base.partition("://")
         scheme = scheme.lower()
+        shown = redact_url(url)
         if not sep or scheme not in ("etcd", "etcds"):
-            raise ValueError(f"not an etcd URL: {url!r} (expected etcd://host:2379)")
+            raise ValueError(f"not an etcd URL: {shown!r} (expected etcd://host:2379)")
+        password_file = params.pop("password_file", None) or None
         username = password = None
         if "@" in rest:
             userinfo, _, rest = rest.rpartition("@")
             user, colon, secret = userinfo.partition(":")
-            if not colon or not user:
-                raise ValueError("etcd URL credentials must be user:password@")
-            username, password = unquote(user), unquote(secret)
+            if not user or bool(colon) == (password_file is not None):
+                raise ValueError(
+                    "etcd URL credentials must be user:password@ or user@ with "
+                    f"?password_file=/path, in {shown!r}"
+                )
+            username = unquote(user)
+            password = unquote(secret) if colon else None
+        elif password_file is not None:
+            raise ValueError(f"password_file needs a user (etcd://user@host?...) in {shown!r}")
         rest = rest.rstrip("/")
         if not rest:
-            raise ValueError(f"etcd URL has no host: {url!r}")
+            raise ValueError(f"etcd URL has no host: {shown!r}")
         endpoints = tuple(_endpoint(part, url) for part in rest.split(","))
         tls_raw = params.pop("tls", None)
         settings = cls(
@@ -235,13 +279,14 @@ class EtcdSettings:
             timeout=_pop_float(params, "timeout", DEFAULT_ETCD_TIMEOUT),
             username=username,
             password=password,
+            password_file=password_file,
             tls=scheme == "etcds" or (tls_raw is not None and tls_raw.lower() in _TRUE),
             ca_cert=params.pop("ca", None) or None,
             cert=params.pop("cert", None) or None,
             key=params.pop("key", None) or None,
             max_txn_ops=_pop_int(params, "max_txn_ops", DEFAULT_MAX_TXN_OPS),
         )
-        _reject_unknown(params, url)
+        _reject_unknown(params, shown)
         return settings
 
 
@@ -253,9 +298,9 @@ def _endpoint(part: str, url: str) -> tuple[str, int]:
     else:
         host, _, port_text = part.partition(":")
     if not host:
-        raise ValueError(f"empty host in etcd URL {url!r}")
+        raise ValueError(f"empty host in etcd URL {redact_url(url)!r}")
     if not port_text:
         return host, DEFAULT_ETCD_PORT
     if not port_text.isdigit() or not 0 < int(port_text) < 65536:
-        raise ValueError(f"bad port {port_text!r} in etcd URL {url!r}")
+        raise ValueError(f"bad port {port_text!r} in etcd URL {redact_url(url)!r}")
     return host, int(port_text)
