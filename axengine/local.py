@@ -147,10 +147,14 @@ class LocalSession:
         engine = self._runtime.engine
         engine.add_listener(self._on_commit)
         owner = host_pid_owner("w")
+        # Embedded runs are your own DAGs on your own machine: the tools' policy trusts
+        # them (local files, loopback) unless the caller's settings say otherwise. The
+        # API paths (ax server, ax executor) keep the default, untrusted "api".
+        settings = {"trust": "local", **self.config.resolved_handler_settings}
         self.worker = Worker(engine=engine, queue=self._runtime.queue, handler=self.handler,
                              worker_id=owner, concurrency=self.concurrency,
-                             lease_seconds=self.lease_seconds,
-                             settings=self.config.resolved_handler_settings, poll_timeout=0.2)
+                             lease_seconds=self.lease_seconds, settings=settings,
+                             poll_timeout=0.2)
         self.reconciler = Reconciler(engine, owner=owner, interval=self.reconcile_interval,
                                      leader_ttl=max(5.0, self.reconcile_interval * 4))
         # Rebuild the in-process queue from the store before serving anything.

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from axengine import faults
-from axengine.engine._shell import host_pid_owner
+from axengine.engine._shell import LOCAL_PRINCIPAL, host_pid_owner
 from axengine.errors import AxError
 from axengine.queue import DEFAULT_LANE, FAST_LANE, WorkItem, WorkQueue
 from axengine.worker._context import EngineClient, RunContext
@@ -80,6 +80,19 @@ def _dependency(request: NodeRequest) -> str:
         return f"model:{request.config.get('model')}"
     return f"tool:{request.config.get('tool')}"
 
+
+
+def settings_for(settings: Mapping[str, Any], submitted_by: str) -> Mapping[str, Any]:
+    """The handler settings one task runs under.
+
+    ``trust: local`` (set by ``ax run`` / ``ax.run``) holds only for tasks the embedded
+    engine submitted itself. A task a principal submitted through the API runs under
+    ``api`` trust whichever process picks it up — an ``ax run`` on the same store as an
+    ``ax server`` must not lend its trust to the server's submitters.
+    """
+    if settings.get("trust") == "local" and submitted_by != LOCAL_PRINCIPAL:
+        return {**settings, "trust": "api"}
+    return settings
 
 class Worker:
     """Runs nodes popped from a :class:`WorkQueue` through an :class:`EngineClient`.
@@ -176,7 +189,8 @@ class Worker:
         faults.point("after-claim")
         request: NodeRequest = claim.request
         ctx = RunContext(loop=asyncio.get_running_loop(), engine=self.engine, request=request,
-                         lease_seconds=self.lease_seconds, settings=self.settings)
+                         lease_seconds=self.lease_seconds,
+                         settings=settings_for(self.settings, claim.submitted_by))
         dependency = _dependency(request)
         await self.ramp.acquire(dependency)
         outcome: Outcome = Failure("not run")

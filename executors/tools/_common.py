@@ -1,11 +1,13 @@
-"""Helpers shared by the tools: paced waiting, simulated faults, guarded HTTP."""
+"""Helpers shared by the tools: paced waiting, simulated faults, bounded reads.
+
+What a tool may reach (hosts, local files, mail recipients) is decided in one place,
+:mod:`executors.policy`.
+"""
 
 from __future__ import annotations
 
 import math
 import time
-import urllib.parse
-import urllib.request
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -14,20 +16,14 @@ from executors.contract import Failure, NodeContext, NodeRequest, Outcome, Unava
 from executors.llm import Keepalive
 
 __all__ = [
-    "DEFAULT_ALLOWED_HOSTS",
     "STEP",
-    "HostNotAllowed",
-    "check_host",
     "heartbeat_interval",
-    "no_redirect_opener",
     "pause",
     "read_bounded",
     "simulated_fault",
     "stopped",
 ]
 
-#: Hosts the HTTP-speaking tools may contact unless ``http_allowed_hosts`` says otherwise.
-DEFAULT_ALLOWED_HOSTS: tuple[str, ...] = ("127.0.0.1", "localhost", "::1")
 #: Seconds between cancellation checks while a tool waits.
 STEP = 0.05
 
@@ -109,46 +105,6 @@ def _number(knobs: Mapping[str, Any], name: str, default: float) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         raise ValueError(f"simulate.{name} must be a number, got {value!r}")
     return float(value)
-
-
-class HostNotAllowed(ValueError):
-    """The URL's host is not in ``http_allowed_hosts``."""
-
-
-def check_host(url: str, settings: Mapping[str, Any]) -> urllib.parse.SplitResult:
-    """Parse an http(s) URL and check its host against ``http_allowed_hosts``.
-
-    The default allows only the loopback interface; ``["*"]`` allows every host.
-
-    Raises:
-        ValueError: Not an http or https URL with a host.
-        HostNotAllowed: The host is not allowed.
-    """
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"expected an http:// or https:// URL, got {url!r}")
-    allowed = settings.get("http_allowed_hosts", DEFAULT_ALLOWED_HOSTS)
-    if isinstance(allowed, str):
-        allowed = [allowed]
-    names = {str(h).lower() for h in allowed}
-    if "*" not in names and parts.hostname.lower() not in names:
-        raise HostNotAllowed(
-            f"host {parts.hostname!r} is not allowed: add it to the http_allowed_hosts "
-            f"setting (now {sorted(names)})"
-        )
-    return parts
-
-
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    # A redirect could lead to a host the allowlist forbids; the 3xx is returned to the
-    # caller instead (urllib raises it as an HTTPError).
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
-        return None
-
-
-def no_redirect_opener() -> urllib.request.OpenerDirector:
-    """A urllib opener that ignores proxy variables and never follows redirects."""
-    return urllib.request.build_opener(urllib.request.ProxyHandler({}), _NoRedirect())
 
 
 def read_bounded(stream: Any, limit: int) -> bytes | None:

@@ -1,4 +1,4 @@
-"""``http_request``: one HTTP(S) request to an allowed host.
+"""``http_request``: one HTTP(S) request to a host the egress policy allows.
 
 Input: a URL string (GET), or a mapping::
 
@@ -7,14 +7,18 @@ Input: a URL string (GET), or a mapping::
 
 Output: ``{"status": 200, "headers": {...a few...}, "body": <parsed JSON or text>}``.
 Any answer below 500 — 404 and 409 included — is a business result the DAG can route
-on; redirects are returned, not followed (they could leave the allowed hosts).
+on; redirects are returned, not followed (they could leave the allowed hosts). A
+destination the policy refuses (:mod:`executors.policy`: under api trust no loopback,
+private, link-local or other non-public address, checked after DNS resolution and
+pinned for the connection) is a non-retryable failure, and nothing is sent.
 Connection errors, timeouts and 5xx are retryable failures.
 
 Requests other than GET/HEAD/OPTIONS carry ``Idempotency-Key: http:{task}:{node}:{input
 revision}`` so a server that honours the header sees a retried call as the same call.
 
-Settings: ``http_allowed_hosts`` (default loopback only), ``http_max_bytes`` (response
-bound, default 1 MiB), ``http_timeout`` (default 30 s).
+Settings: the policy's (``trust``, ``egress_allowed_hosts``, ``egress_private_allowed``,
+also under ``tool_policy.http_request``), ``http_max_bytes`` (response bound, default
+1 MiB), ``http_timeout`` (default 30 s).
 """
 
 from __future__ import annotations
@@ -27,7 +31,8 @@ from email.message import Message
 from typing import Any
 
 from executors.contract import Failure, NodeContext, NodeRequest, Outcome, Success
-from executors.tools._common import check_host, no_redirect_opener, read_bounded
+from executors.policy import EgressDenied, Policy, PolicyError, parse_url
+from executors.tools._common import read_bounded
 
 __all__ = ["DEFAULT_MAX_BYTES", "DEFAULT_TIMEOUT", "http_request"]
 
@@ -49,13 +54,14 @@ class _BadInput(ValueError):
 def http_request(request: NodeRequest, ctx: NodeContext) -> Outcome:
     """Perform the request described by the node input."""
     try:
+        policy = Policy.from_settings(ctx.settings, "http_request")
         req, timeout = _build(request, ctx.settings)
-    except _BadInput as exc:
+    except (_BadInput, PolicyError) as exc:
         return Failure(f"node {request.node_id!r}: {exc}", retryable=False)
     limit = int(ctx.settings.get("http_max_bytes", DEFAULT_MAX_BYTES))
     label = f"{req.get_method()} {req.full_url}"
     try:
-        with no_redirect_opener().open(req, timeout=timeout) as response:
+        with policy.opener().open(req, timeout=timeout) as response:
             status, headers = response.status, response.headers
             data = read_bounded(response, limit)
     except urllib.error.HTTPError as exc:
@@ -67,6 +73,9 @@ def http_request(request: NodeRequest, ctx: NodeContext) -> Outcome:
             )
         status, headers = exc.code, exc.headers
         data = read_bounded(exc, limit)
+    except EgressDenied as exc:
+        # The same destination will be refused again: no retry.
+        return Failure(f"node {request.node_id!r}: {label}: {exc}", retryable=False)
     except OSError as exc:
         return Failure(f"{label} failed: {getattr(exc, 'reason', exc)}", retryable=True)
     if data is None:
@@ -92,8 +101,8 @@ def _build(
     if not isinstance(url, str):
         raise _BadInput("http_request input needs a 'url' string")
     try:
-        check_host(url, settings)
-    except ValueError as exc:  # includes HostNotAllowed
+        parse_url(url)  # the destination itself is vetted when the opener connects
+    except PolicyError as exc:
         raise _BadInput(str(exc)) from None
     method = str(spec.get("method", "GET")).upper()
     if method not in _METHODS:

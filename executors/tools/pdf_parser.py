@@ -1,8 +1,11 @@
 """``pdf_parser``: extract the text of a PDF with pypdf.
 
 Input: a path (relative paths resolve against the worker's current directory), a
-``file:`` URI, or an http(s) URL on an allowed host — as a string, or as a mapping with
-``url``, ``path`` or ``pdf_url``.
+``file:`` URI, or an http(s) URL — as a string, or as a mapping with ``url``, ``path``
+or ``pdf_url``. What may be read is the policy's (:mod:`executors.policy`): under api
+trust, local files only under ``input_root`` and URLs only to public addresses; a
+refused source is reported as ``status: failed`` with a message that reveals nothing of
+the file (no hash, no size, not whether it exists).
 
 Output on success::
 
@@ -15,7 +18,8 @@ alert, say). Only transient trouble fetching a URL (connection refused, 5xx) is 
 error that retries.
 
 Settings: ``pdf_max_bytes`` (default 20 MiB), ``pdf_timeout`` (seconds, default 60),
-``http_allowed_hosts``.
+and the policy's (``trust``, ``input_root``, ``egress_allowed_hosts``,
+``egress_private_allowed``, also under ``tool_policy.pdf_parser``).
 """
 
 from __future__ import annotations
@@ -26,19 +30,12 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from executors.contract import Failure, NodeContext, NodeRequest, Outcome, Success
 from executors.llm import Keepalive
-from executors.tools._common import (
-    HostNotAllowed,
-    check_host,
-    heartbeat_interval,
-    no_redirect_opener,
-    read_bounded,
-    stopped,
-)
+from executors.policy import FileRefused, Policy, PolicyError
+from executors.tools._common import heartbeat_interval, read_bounded, stopped
 
 __all__ = ["DEFAULT_MAX_BYTES", "DEFAULT_TIMEOUT", "pdf_parser"]
 
@@ -68,7 +65,11 @@ def pdf_parser(request: NodeRequest, ctx: NodeContext) -> Outcome:
         )
     limit = int(ctx.settings.get("pdf_max_bytes", DEFAULT_MAX_BYTES))
     try:
-        data = _load(source, ctx.settings, limit)
+        policy = Policy.from_settings(ctx.settings, "pdf_parser")
+    except PolicyError as exc:
+        return Failure(f"node {request.node_id!r}: {exc}", retryable=False)
+    try:
+        data = _load(source, policy, ctx.settings, limit)
     except _Rejected as exc:
         return Success(_failed(source, str(exc)))
     except _Transient as exc:
@@ -90,48 +91,35 @@ def _failed(source: str, error: str, **extra: Any) -> dict[str, Any]:
     return {"status": "failed", "error": error, "source": source, **extra}
 
 
-def _load(source: str, settings: Mapping[str, Any], limit: int) -> bytes:
+def _load(source: str, policy: Policy, settings: Mapping[str, Any], limit: int) -> bytes:
     if not source:
         raise _Rejected("no PDF given (empty input): check the task's pdf_url")
     scheme = urllib.parse.urlsplit(source).scheme.lower()
     if scheme in ("http", "https"):
-        return _fetch(source, settings, limit)
+        return _fetch(source, policy, settings, limit)
     if scheme == "file":
         parts = urllib.parse.urlsplit(source)
         if parts.netloc not in ("", "localhost"):
             raise _Rejected(f"file: URI on another host {parts.netloc!r} is not supported")
-        path = Path(urllib.request.url2pathname(urllib.parse.unquote(parts.path)))
+        path = urllib.request.url2pathname(urllib.parse.unquote(parts.path))
     elif len(scheme) > 1:  # a one-letter "scheme" is a Windows drive letter
         raise _Rejected(f"unsupported URL scheme {scheme!r}: use a path, file: or http(s)")
     else:
-        path = Path(source).expanduser()
+        path = source
     try:
-        size = path.stat().st_size
-        if size > limit:
-            raise _Rejected(f"{path} is {size} bytes, over the {limit}-byte limit (pdf_max_bytes)")
-        with path.open("rb") as fh:
-            data = read_bounded(fh, limit)
-    except FileNotFoundError:
-        raise _Rejected(f"no such file: {path.absolute()}") from None
-    except IsADirectoryError:
-        raise _Rejected(f"{path.absolute()} is a directory, not a PDF") from None
-    except PermissionError:
-        raise _Rejected(f"permission denied reading {path.absolute()}") from None
-    if data is None:  # grew between stat and read
-        raise _Rejected(f"{path} is over the {limit}-byte limit (pdf_max_bytes)")
-    return data
-
-
-def _fetch(url: str, settings: Mapping[str, Any], limit: int) -> bytes:
-    try:
-        check_host(url, settings)
-    except HostNotAllowed as exc:
+        return policy.read_file(path, limit, limit_setting="pdf_max_bytes")
+    except FileRefused as exc:
         raise _Rejected(str(exc)) from None
+
+
+def _fetch(url: str, policy: Policy, settings: Mapping[str, Any], limit: int) -> bytes:
     timeout = float(settings.get("pdf_timeout", DEFAULT_TIMEOUT))
     request = urllib.request.Request(url, headers={"Accept": "application/pdf"})
     try:
-        with no_redirect_opener().open(request, timeout=timeout) as response:
+        with policy.opener().open(request, timeout=timeout) as response:
             data = read_bounded(response, limit)
+    except PolicyError as exc:  # EgressDenied, or not a usable URL
+        raise _Rejected(str(exc)) from None
     except urllib.error.HTTPError as exc:
         if exc.code >= 500 or exc.code == 429:
             raise _Transient(f"HTTP {exc.code} {exc.reason}") from exc

@@ -1,7 +1,14 @@
 """``send_email``: send one email, at most once per (task, node, input revision).
 
-Input: ``{"to": "a@x" | ["a@x", ...], "subject": "...", "body": "..."}`` (a non-string
-body is sent as indented JSON).
+Input: ``{"to": "a@x" | ["a@x", ...], "cc": ..., "bcc": ..., "subject": "...",
+"body": "..."}`` (``cc`` and ``bcc`` optional, like ``to``; a non-string body is sent as
+indented JSON).
+
+Recipients are policy (:mod:`executors.policy`): under api trust, mail that leaves the
+host (``smtp_url`` set) goes only to addresses matching ``mail_allowed_recipients``
+(addresses and ``@domain`` entries); any other recipient fails the node without retry,
+before any connection. The local mailbox (no ``smtp_url``) keeps mail on the executor's
+disk and is not restricted.
 
 Idempotency goes through the outbox record ``email:{task}:{node}:{input revision}``:
 
@@ -36,6 +43,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from executors.contract import Failure, NodeContext, NodeRequest, Outcome, Success
+from executors.policy import Policy, PolicyError
 
 __all__ = ["DEFAULT_MAIL_DIR", "DEFAULT_MAIL_FROM", "DEFAULT_SMTP_TIMEOUT", "send_email"]
 
@@ -57,7 +65,7 @@ class _Transport(Protocol):
     #: True when ``lookup`` can tell for sure whether a message was delivered.
     verifiable: bool
 
-    def send(self, message: EmailMessage) -> dict[str, Any]: ...
+    def send(self, message: EmailMessage, recipients: Sequence[str]) -> dict[str, Any]: ...
 
     def lookup(self, message: EmailMessage) -> dict[str, Any] | None: ...
 
@@ -68,8 +76,11 @@ def send_email(request: NodeRequest, ctx: NodeContext) -> Outcome:
     """Send the email described by the node input, at most once."""
     key = f"email:{request.task_id}:{request.node_id}:{request.input_revision}"
     try:
-        message = _message(request.input, key, ctx.settings)
-    except _BadInput as exc:
+        message, recipients = _message(request.input, key, ctx.settings)
+        # Before the outbox and the connection: a refused recipient costs nothing.
+        Policy.from_settings(ctx.settings, "send_email").check_recipients(
+            recipients, leaves_host=bool(ctx.settings.get("smtp_url")))
+    except (_BadInput, PolicyError) as exc:
         return Failure(f"node {request.node_id!r}: {exc}", retryable=False)
     effect = ctx.effect(key)
     # Peek first: an email already sent needs no SMTP connection at all.
@@ -99,7 +110,7 @@ def send_email(request: NodeRequest, ctx: NodeContext) -> Outcome:
             if not transport.verifiable:
                 return _unknown(key, f"an earlier attempt left the outbox record {prior}")
         try:
-            result = transport.send(message)
+            result = transport.send(message, recipients)
         except (OSError, smtplib.SMTPException) as exc:
             return _unknown(key, f"sending failed midway ({type(exc).__name__}: {exc})")
         result = {"message_id": message["Message-ID"], "transport": transport.name, **result}
@@ -123,10 +134,10 @@ def _unknown(key: str, why: str) -> Failure:
     )
 
 
-def _recipients(value: Any) -> list[str]:
+def _recipients(value: Any, field: str = "to") -> list[str]:
     items = [value] if isinstance(value, str) else value
     if not isinstance(items, Sequence) or isinstance(items, str | bytes) or not items:
-        raise _BadInput("'to' must be an address or a non-empty list of addresses")
+        raise _BadInput(f"{field!r} must be an address or a non-empty list of addresses")
     addresses = []
     for item in items:
         if (
@@ -140,12 +151,17 @@ def _recipients(value: Any) -> list[str]:
     return addresses
 
 
-def _message(spec: Any, key: str, settings: Mapping[str, Any]) -> EmailMessage:
+def _message(
+    spec: Any, key: str, settings: Mapping[str, Any]
+) -> tuple[EmailMessage, list[str]]:
+    """The message and its envelope recipients (to, cc and bcc)."""
     if not isinstance(spec, Mapping):
         raise _BadInput(
             f"send_email input must be a mapping with to/subject/body, got {type(spec).__name__}"
         )
     to = _recipients(spec.get("to"))
+    cc = _recipients(spec["cc"], "cc") if spec.get("cc") else []
+    bcc = _recipients(spec["bcc"], "bcc") if spec.get("bcc") else []
     subject = spec.get("subject", "")
     if not isinstance(subject, str) or "\n" in subject or "\r" in subject:
         raise _BadInput("'subject' must be a single line of text")
@@ -156,6 +172,8 @@ def _message(spec: Any, key: str, settings: Mapping[str, Any]) -> EmailMessage:
     message = EmailMessage()
     message["From"] = str(settings.get("mail_from", DEFAULT_MAIL_FROM))
     message["To"] = ", ".join(to)
+    if cc:
+        message["Cc"] = ", ".join(cc)
     message["Subject"] = subject
     message["Date"] = formatdate(localtime=False)
     # Derived from the idempotency key, so even a human-approved resend is recognisable
@@ -163,7 +181,8 @@ def _message(spec: Any, key: str, settings: Mapping[str, Any]) -> EmailMessage:
     message["Message-ID"] = f"<{hashlib.sha256(key.encode()).hexdigest()[:32]}@{domain}>"
     message["X-Ax-Idempotency-Key"] = key
     message.set_content(body)
-    return message
+    # Bcc stays out of the headers; the envelope carries it.
+    return message, [*to, *cc, *bcc]
 
 
 def _open(settings: Mapping[str, Any]) -> _Transport:
@@ -194,8 +213,9 @@ class _Smtp:
             self._conn.close()
             raise
 
-    def send(self, message: EmailMessage) -> dict[str, Any]:
-        refused = self._conn.send_message(message)
+    def send(self, message: EmailMessage, recipients: Sequence[str]) -> dict[str, Any]:
+        # The envelope is exactly the checked list: never re-derived from the headers.
+        refused = self._conn.send_message(message, to_addrs=list(recipients))
         return {"refused": sorted(refused)} if refused else {}
 
     def lookup(self, message: EmailMessage) -> dict[str, Any] | None:
@@ -225,7 +245,7 @@ class _Mailbox:
         target = self._target(message)
         return {"path": str(target)} if target.exists() else None
 
-    def send(self, message: EmailMessage) -> dict[str, Any]:
+    def send(self, message: EmailMessage, recipients: Sequence[str]) -> dict[str, Any]:
         target = self._target(message)
         fd, tmp = tempfile.mkstemp(dir=self._dir, prefix=".", suffix=".tmp")
         try:

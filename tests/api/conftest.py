@@ -49,6 +49,10 @@ AUTH = {
     "executor": {"Authorization": "Bearer tok-executor-012345678"},
 }
 ROOT = Path(__file__).resolve().parents[2]
+#: The in-process worker's handler settings (api trust, like ``ax server``): the example
+#: inputs may be read, and tools may reach the tests' own loopback servers.
+HANDLER_SETTINGS: dict[str, Any] = {"input_root": str(ROOT / "dags" / "inputs"),
+                                    "egress_private_allowed": ["127.0.0.1"]}
 
 SEED_BODY: dict[str, Any] = {"dag": {"nodes": {"hello": {
     "type": "llm_call", "model": "gpt-3.5-turbo",
@@ -169,13 +173,15 @@ class Backend:
 def make_backend(name: str, tmp_path: Path, request: pytest.FixtureRequest) -> Backend:
     home = tmp_path / f"home-{uuid.uuid4().hex[:6]}"
     if name == "embedded":
-        return Backend(name, AxConfig.from_env(env={}, home=home))
+        return Backend(name, AxConfig.from_env(env={}, home=home,
+                                               handler_settings=HANDLER_SETTINGS))
     etcd: Server = request.getfixturevalue("etcd_server")
     rds: Server = request.getfixturevalue("redis_server")
     tag = uuid.uuid4().hex[:12]
     prefix, qprefix = f"/axtest/{tag}", f"axtest:{tag}"
     config = AxConfig.from_env(env={}, home=home, store_url=f"{etcd.url}?timeout=5",
-                               queue_url=f"{rds.url}/0?prefix={qprefix}", prefix=prefix)
+                               queue_url=f"{rds.url}/0?prefix={qprefix}", prefix=prefix,
+                               handler_settings=HANDLER_SETTINGS)
     return Backend(name, config, prefix=prefix, redis_url=f"{rds.url}/0",
                    redis_prefix=qprefix)
 

@@ -71,7 +71,9 @@ def test_financial_dag_runs_on_every_combination(backends: dict[str, Any]) -> No
         engine = build(backends)
         stop = asyncio.Event()
         worker = Worker(engine=engine, queue=engine.queue, concurrency=2, lease_seconds=10,
-                        settings={"mail_dir": str(backends["tmp"] / "mail")}, poll_timeout=0.1)
+                        settings={"mail_dir": str(backends["tmp"] / "mail"),
+                                  "input_root": str(ROOT / "dags" / "inputs")},
+                        poll_timeout=0.1)
         reconciler = Reconciler(engine, owner=worker.worker_id, interval=0.5)
         runner = asyncio.create_task(worker.run(stop))
         repair = asyncio.create_task(reconciler.run(stop))

@@ -282,3 +282,31 @@ def test_fenced_out_run_stops_waiting_for_a_handler_that_ignores_cancellation(
     assert waited < 30  # freed at the next heartbeat (0.2 s), not at the 60 s node timeout
     assert view.snapshots["n"].state is NodeState.CANCELLED
     assert view.snapshots["n"].output is None
+
+
+PARSE_ONLY = load_dag_text("""\
+name: parse_only
+nodes:
+  parse:
+    type: tool_call
+    tool: pdf_parser
+    input: "{{ input.pdf_url }}"
+""")
+
+
+@pytest.mark.parametrize(("submitted_by", "status"), [("local", "success"),
+                                                       ("mallory", "failed")])
+def test_local_trust_is_lent_only_to_locally_submitted_tasks(
+        tmp_path: Path, submitted_by: str, status: str) -> None:
+    """An ``ax run`` on a store an ``ax server`` also writes picks up the server's tasks
+    (its reconciler queues every WAITING node); those still run under api trust."""
+    async def main() -> Any:
+        async with session(tmp_path) as s:
+            result = await s.engine.submit(PARSE_ONLY, ACME, submitted_by=submitted_by)
+            return await s.wait(result.task_id, timeout=30)
+
+    output = asyncio.run(main()).outputs["parse"]
+    assert output["status"] == status, output
+    if status == "failed":
+        assert "input_root" in output["error"]
+        assert "text" not in output

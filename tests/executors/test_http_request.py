@@ -1,4 +1,8 @@
-"""http_request against a local server: business statuses, retries, bounds, allowlist."""
+"""http_request against a local server: business statuses, retries, bounds, allowlist.
+
+The server listens on loopback, which the egress policy refuses by default: these tests
+opt in the way an operator would (``egress_private_allowed``).
+"""
 
 from __future__ import annotations
 
@@ -9,11 +13,14 @@ from executors.tools import tool_call
 from tests.executors.fakes import FakeContext, make_request
 from tests.executors.local_http import Reply, Seen, serve
 
+#: What lets the tests reach their own loopback server.
+LOOPBACK = {"egress_private_allowed": ["127.0.0.1"]}
+
 
 def _run(spec: object, **settings: object) -> object:
     request = make_request(config={"tool": "http_request"}, input=spec,
                            task_id="t9", node_id="hook", input_revision="r3")
-    return tool_call(request, FakeContext(settings=dict(settings)))
+    return tool_call(request, FakeContext(settings={**LOOPBACK, **settings}))
 
 
 def _json(status: int, value: object) -> Reply:
@@ -98,10 +105,19 @@ def test_response_bound() -> None:
 
 def test_only_http_schemes_and_allowed_hosts() -> None:
     ftp = _run("ftp://127.0.0.1/x")
-    other = _run("http://example.com/x")
+    other = _run("http://example.com/x", egress_allowed_hosts=["api.example.org"])
     assert isinstance(ftp, Failure) and ftp.retryable is False
     assert isinstance(other, Failure) and other.retryable is False
-    assert "http_allowed_hosts" in other.message
+    assert "egress_allowed_hosts" in other.message
+
+
+def test_loopback_refused_without_opt_in() -> None:
+    with serve({"/v": lambda _: Reply(200, b"x")}) as srv:
+        outcome = _run(f"{srv.url}/v", egress_private_allowed=[])
+        assert srv.seen == []
+    assert isinstance(outcome, Failure) and outcome.retryable is False
+    assert "loopback" in outcome.message
+    assert "egress_private_allowed" in outcome.message
 
 
 def test_bad_input_shapes() -> None:

@@ -78,7 +78,8 @@ def test_missing_key_is_null_and_strings_are_kept() -> None:
 def test_financial_flow_on_sample_reports(report: Any) -> None:
     """pdf_parser → llm_call (seed prompt) → the seed's risk rule, through handle()."""
     parsed = handle(make_request("tool_call", config={"tool": "pdf_parser"},
-                                 input=str(INPUTS / report.filename)), FakeContext())
+                                 input=str(INPUTS / report.filename)),
+                    FakeContext(settings={"input_root": str(INPUTS)}))
     assert isinstance(parsed, Success) and parsed.output["status"] == "success"
     metrics = handle(
         make_request("llm_call", config={"model": "gpt-4-turbo", "prompt": SEED_PROMPT,

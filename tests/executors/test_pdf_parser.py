@@ -13,9 +13,13 @@ from tests.executors.fakes import FakeContext, make_request
 from tests.executors.local_http import Reply, serve
 from tests.executors.samples import ACME, ROOT, pdf_script
 
+#: Local trust (``ax run``): any readable regular file, loopback URLs allowed. The
+#: api-trust refusals are tested in ``test_policy.py`` and ``tests/security``.
+LOCAL = {"trust": "local"}
+
 
 def _run(source: object, **settings: object) -> tuple[object, FakeContext]:
-    ctx = FakeContext(settings=dict(settings))
+    ctx = FakeContext(settings={**LOCAL, **settings})
     request = make_request(config={"tool": "pdf_parser"}, input=source)
     return tool_call(request, ctx), ctx
 
@@ -118,15 +122,33 @@ def test_http_404_is_business_and_500_retries() -> None:
 def test_http_host_not_allowed_is_not_fetched() -> None:
     with serve() as srv:
         url = srv.url.replace("127.0.0.1", "localhost")
-        outcome, _ = _run(f"{url}/r.pdf", http_allowed_hosts=["127.0.0.1"])
+        outcome, _ = _run(f"{url}/r.pdf", egress_allowed_hosts=["api.example.org"])
         assert srv.seen == []
     assert isinstance(outcome, Success)
     assert outcome.output["status"] == "failed"
-    assert "http_allowed_hosts" in outcome.output["error"]
+    assert "egress_allowed_hosts" in outcome.output["error"]
+
+
+def test_api_trust_refuses_loopback_url_and_local_path() -> None:
+    with serve() as srv:
+        url, _ = _run(f"{srv.url}/r.pdf", trust="api")
+        assert srv.seen == []
+    path, _ = _run(str(ACME), trust="api")
+    for outcome, setting in ((url, "egress_private_allowed"), (path, "input_root")):
+        assert isinstance(outcome, Success)
+        assert outcome.output["status"] == "failed"
+        assert setting in outcome.output["error"]
+        assert "sha256" not in outcome.output
+
+
+def test_api_trust_reads_under_input_root() -> None:
+    outcome, _ = _run(str(ACME), trust="api", input_root=str(ACME.parent))
+    assert isinstance(outcome, Success)
+    assert outcome.output["status"] == "success"
 
 
 def test_stops_when_fence_goes_stale() -> None:
-    ctx = FakeContext(stale_after_progress=1)
+    ctx = FakeContext(settings=dict(LOCAL), stale_after_progress=1)
     outcome = tool_call(make_request(config={"tool": "pdf_parser"}, input=str(ACME)), ctx)
     assert isinstance(outcome, Failure)
     assert outcome.details.get("stopped") is True

@@ -18,6 +18,8 @@ from executors.handlers import handle
 from tests.executors.fakes import FakeContext, FakeEffect, make_request
 
 KEY = "email:task-1:notify:rev-1"
+#: Under api trust, mail through SMTP goes only to allowed recipients (MAIL's domain).
+ALLOWED = {"mail_allowed_recipients": ["@example.test"]}
 MAIL = {"to": ["risk@example.test", "cfo@example.test"], "subject": "High risk",
         "body": "ACME looks risky."}
 
@@ -123,7 +125,7 @@ def test_mailbox_send_then_already_sent(tmp_path: Path) -> None:
 
 
 def test_smtp_sends_once(smtp_sink: SmtpSink) -> None:
-    ctx = FakeContext(settings={"smtp_url": f"smtp://127.0.0.1:{smtp_sink.port}",
+    ctx = FakeContext(settings={**ALLOWED, "smtp_url": f"smtp://127.0.0.1:{smtp_sink.port}",
                                 "mail_from": "ax@bank.test"})
     first = handle(_request({**MAIL, "to": "risk@example.test", "body": {"risk": "high"}}), ctx)
     again = handle(_request({**MAIL, "to": "risk@example.test", "body": {"risk": "high"}}), ctx)
@@ -141,7 +143,7 @@ def test_smtp_sends_once(smtp_sink: SmtpSink) -> None:
 @pytest.mark.parametrize("prior", ["SENDING", "UNKNOWN"])
 def test_interrupted_send_is_reported_not_repeated(smtp_sink: SmtpSink, prior: str) -> None:
     # SMTP cannot tell whether an earlier session delivered the message: a person decides.
-    ctx = FakeContext(settings={"smtp_url": f"smtp://127.0.0.1:{smtp_sink.port}"})
+    ctx = FakeContext(settings={**ALLOWED, "smtp_url": f"smtp://127.0.0.1:{smtp_sink.port}"})
     ctx.effects[KEY] = FakeEffect(KEY, status=prior)  # type: ignore[arg-type]
     outcome = handle(_request(), ctx)
     assert isinstance(outcome, Failure)
@@ -176,7 +178,7 @@ def test_crash_between_send_and_done_never_sends_twice(smtp_sink: SmtpSink) -> N
         def done(self, result: Mapping[str, Any]) -> None:
             raise ConnectionError("store went away before DONE was written")
 
-    ctx = FakeContext(settings={"smtp_url": f"smtp://127.0.0.1:{smtp_sink.port}"})
+    ctx = FakeContext(settings={**ALLOWED, "smtp_url": f"smtp://127.0.0.1:{smtp_sink.port}"})
     ctx.effects[KEY] = CrashingEffect(KEY)
     crashed = handle(_request(), ctx)
     assert isinstance(crashed, Failure)  # handle() turned the exception into a failure
@@ -191,7 +193,8 @@ def test_crash_between_send_and_done_never_sends_twice(smtp_sink: SmtpSink) -> N
 def test_server_gone_before_begin_retries_safely() -> None:
     with socketserver.TCPServer(("127.0.0.1", 0), socketserver.BaseRequestHandler) as s:
         port = s.server_address[1]  # closed when the block ends: nothing listens there
-    ctx = FakeContext(settings={"smtp_url": f"smtp://127.0.0.1:{port}", "smtp_timeout": 5})
+    ctx = FakeContext(settings={**ALLOWED, "smtp_url": f"smtp://127.0.0.1:{port}",
+                                "smtp_timeout": 5})
     outcome = handle(_request(), ctx)
     assert isinstance(outcome, Failure)
     assert outcome.retryable is True
@@ -201,7 +204,7 @@ def test_server_gone_before_begin_retries_safely() -> None:
 
 def test_server_vanishing_during_data_is_unknown(smtp_sink: SmtpSink) -> None:
     smtp_sink.drop_during_data = True
-    ctx = FakeContext(settings={"smtp_url": f"smtp://127.0.0.1:{smtp_sink.port}"})
+    ctx = FakeContext(settings={**ALLOWED, "smtp_url": f"smtp://127.0.0.1:{smtp_sink.port}"})
     outcome = handle(_request(), ctx)
     assert isinstance(outcome, Failure)
     assert outcome.retryable is False
@@ -237,7 +240,7 @@ def test_bad_input_fails_before_the_outbox(tmp_path: Path, spec: Any) -> None:
 
 
 def test_bad_smtp_url_is_not_retryable() -> None:
-    ctx = FakeContext(settings={"smtp_url": "http://127.0.0.1:25"})
+    ctx = FakeContext(settings={**ALLOWED, "smtp_url": "http://127.0.0.1:25"})
     outcome = handle(_request(), ctx)
     assert isinstance(outcome, Failure)
     assert outcome.retryable is False
