@@ -182,7 +182,9 @@ class _TreeBuilder:
         style = getattr(node, "style", None)
         if style in ("|", ">"):
             return start + 1, style == "|"
-        return start, node.end_mark.line + 1 == start
+        # A one-line "...\n..." holds several template lines on one file line.
+        one_line = node.end_mark.line + 1 == start
+        return start, one_line and not (isinstance(node.value, str) and "\n" in node.value)
 
     def _scalar(self, node: ScalarNode) -> Any:
         if node.tag == _TAG + "str":

@@ -19,7 +19,7 @@ from typing import Literal
 
 from axengine import template
 from axengine.dag._model import NODE_TYPES, Node
-from axengine.errors import DagProblem, TemplateError
+from axengine.errors import DagProblem, TemplateError, TemplateSecurityError
 
 __all__ = [
     "MAX_REPORTED_CYCLES",
@@ -45,6 +45,7 @@ _SYNTAX_HINTS: dict[str, str] = {
     "expression": "write `if <expr>: <label>` / `elif <expr>: <label>` lines ending "
     "with `else: <label>`, or one template such as \"{{ .output.kind }}\"",
 }
+_UNSAFE_HINT = "remove the tag: templates read only input, nodes.<id>.output and task"
 
 
 @dataclass(frozen=True)
@@ -159,12 +160,23 @@ def _source_of(site: TemplateSite) -> str:
     return site.source
 
 
-def _error_line(site: TemplateSite, exc: TemplateError) -> int:
-    """File line of a template error: the site's line plus the error's offset if exact."""
-    offset = getattr(exc, "line", None)
+def _error_line(site: TemplateSite, offset: object) -> int:
+    """File line of a template problem: the site's line plus the problem's line within the
+    template (1-based), when lines map one to one (single-line values, ``|`` blocks)."""
     if site.line and site.exact and isinstance(offset, int) and offset > 1:
         return site.line + offset - 1
     return site.line
+
+
+def _site_name(site: TemplateSite) -> str:
+    """Which template a problem is in, as messages name it: ``prompt template``,
+    ``input template (input.to)``, ``guard next[0].condition``, ``expression``."""
+    if site.kind == "guard":
+        return f"guard {site.field}"
+    if site.kind == "expression":
+        return "expression"
+    root = site.field.split(".", 1)[0].split("[", 1)[0]
+    return f"{root} template" + ("" if site.field == root else f" ({site.field})")
 
 
 class _Checker:
@@ -345,25 +357,36 @@ class _Checker:
             node = self.nodes.get(site.node)
             if node is None or node.type not in NODE_TYPES:
                 continue
+            what = _site_name(site)
             try:
                 if site.kind == "expression":
                     # Compiles either form; None (any label) for the template form.
                     self.labels[site.node] = template.expression_labels(site.source)
-                elif site.kind == "guard" or has_template(site.source):
-                    template.compile_template(_source_of(site))
-                else:
+                elif site.kind != "guard" and not has_template(site.source):
                     continue
+                # The walk reuses the tree compiled above (or compiles it, cached).
+                found = template.check_template(site.source, kind=site.kind)
             except TemplateError as exc:
                 self.labels.setdefault(site.node, None)
+                unsafe = isinstance(exc, TemplateSecurityError)
                 self.problem(
-                    "template-syntax",
-                    f"{site.field}: template does not compile: {exc}",
-                    line=_error_line(site, exc),
+                    "unsafe-template" if unsafe else "template-syntax",
+                    f"{what} {'is refused' if unsafe else 'does not compile'}: {exc}",
+                    line=_error_line(site, getattr(exc, "line", 0)),
                     node=site.node,
                     field=site.field,
-                    hint=_SYNTAX_HINTS[site.kind],
+                    hint=_UNSAFE_HINT if unsafe else _SYNTAX_HINTS[site.kind],
                 )
                 continue
+            for found_problem in found:
+                self.problem(
+                    found_problem.code,
+                    f"{what}: {found_problem.message}",
+                    line=_error_line(site, found_problem.line),
+                    node=site.node,
+                    field=site.field,
+                    hint=found_problem.hint,
+                )
             self._check_references(site, node)
 
     def _check_references(self, site: TemplateSite, node: Node) -> None:

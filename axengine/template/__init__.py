@@ -17,6 +17,9 @@ are Jinja2 in an :class:`~jinja2.sandbox.ImmutableSandboxedEnvironment` with
   installed only while a template runs, so loops that print nothing and recursive
   macros are interrupted too; the hook is removed (the previous one restored) after.
 * Go-style leading dots from the seed (``.input.x``) mean ``input.x`` (:func:`normalize`).
+* :func:`check_template` finds statically, without rendering, what the sandbox would
+  refuse whatever the data (unknown names, ``_`` attributes, forbidden calls), so that
+  ``ax validate`` rejects it; the sandbox stays the wall that holds at run time.
 
 Every error raised carries ``line``: the 1-based line within the template source, or 0.
 
@@ -30,7 +33,9 @@ Layout, each module depending only on those above it:
 * ``_compiler``: compiling (cached) and running one template.
 * ``_api``: :func:`render`, :func:`render_value`, :func:`evaluate_guard`, the context.
 * ``_expression``: the ``if/elif/else`` form of a condition node.
-* ``_refs``: :func:`referenced_nodes`, from the syntax tree.
+* ``_static``: :func:`check_template`, the static check ``ax validate`` runs: names,
+  ``_`` attributes and calls the sandbox would refuse, found in the syntax tree.
+* ``_refs``: :func:`referenced_nodes`, from the same walk of the syntax tree.
 """
 
 from __future__ import annotations
@@ -47,12 +52,16 @@ from axengine.template._budget import MAX_OUTPUT_CHARS, MAX_RANGE, MAX_RENDER_SE
 from axengine.template._expression import evaluate_expression, expression_labels
 from axengine.template._normalize import normalize
 from axengine.template._refs import referenced_nodes
+from axengine.template._static import TemplateKind, TemplateProblem, check_template
 
 __all__ = [
     "MAX_OUTPUT_CHARS",
     "MAX_RANGE",
     "MAX_RENDER_SECONDS",
     "MISSING",
+    "TemplateKind",
+    "TemplateProblem",
+    "check_template",
     "compile_template",
     "evaluate_expression",
     "evaluate_guard",

@@ -95,7 +95,11 @@ def _compile_condition(code: str, line_base: int) -> _Compiled:
     except RecursionError:
         message = "the condition is nested too deeply"
         raise _error(TemplateLimitError, message, 1 + line_base) from None
-    return _Compiled(nodes.Template([], lineno=1), expr)
+    try:
+        return _Compiled(nodes.Template([], lineno=1), expr)
+    except TemplateError as exc:  # an unknown filter or test: shift to the clause's line
+        line = (getattr(exc, "line", 0) or 1) + line_base
+        raise _error(TemplateError, f"bad condition: {exc}", line) from exc
 
 
 def _run(compiled: _Compiled, context: Mapping[str, Any]) -> Any:

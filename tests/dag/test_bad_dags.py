@@ -21,7 +21,8 @@ REQUIRED_CODES = {
     "yaml-syntax", "unquoted-template", "not-a-mapping", "missing-field",
     "unknown-node-type", "unknown-field", "bad-value", "unknown-target", "cycle",
     "unreachable", "template-syntax", "unknown-label", "bad-edge", "unknown-tool",
-    "unknown-model", "bad-reference", "duplicate-key", "too-large",
+    "unknown-model", "bad-reference", "duplicate-key", "too-large", "unsafe-template",
+    "unknown-name",
 }
 
 
