@@ -1,12 +1,87 @@
-"""Shared fixtures: real etcd and Redis servers (session-scoped, private ports)."""
+"""Shared fixtures: real etcd and Redis servers (session-scoped, private ports), and the
+``integration``/``slow`` markers every test gets from the fixtures it uses.
+
+The fast lane is ``scripts/test -m "not slow and not integration"``: no server, no ax
+process, no multi-second fault run.
+"""
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterator
 
 import pytest
 
 from tests.servers import Server, start_etcd, start_redis
+
+#: Fixtures that start real servers or ax processes, by name wherever they are defined:
+#: a test using one, directly or through another fixture, is ``integration``.
+SERVER_FIXTURES = frozenset({
+    "etcd_server", "redis_server",  # here
+    "secure_etcd",                  # tests/store/test_etcd.py: etcd with TLS and auth
+    "topology",                     # tests/security/conftest.py, tests/test_client.py
+    "cluster", "bare", "topo",      # tests/cluster/: etcd + Redis + ax api + ax executors
+})
+#: Of those, the ones whose tests kill, pause or restart processes: also ``slow``.
+SLOW_FIXTURES = frozenset({"cluster", "bare", "topo"})
+#: Parametrized fixtures that fetch ``etcd_server``/``redis_server`` with
+#: ``request.getfixturevalue`` for some of their params (invisible in the fixture
+#: closure): a case whose param names etcd or redis is ``integration``.
+BACKEND_PARAMS = frozenset({
+    "store",     # tests/store/conftest.py: sqlite | etcd
+    "queues",    # tests/queue/conftest.py: inprocess | redis
+    "backend",   # tests/api/conftest.py: api_server on embedded | etcd (+ Redis)
+    "backends",  # tests/engine/test_backends.py: (sqlite|etcd, inprocess|redis)
+})
+
+
+#: Tests that are multi-second without a fixture that says so: ``slow``, with the reason.
+#: Remove an entry when its reason is gone.
+SLOW_TESTS: dict[str, str] = {}
+
+
+def _starts_ax_process(item: pytest.Item) -> bool:
+    """The test's own body runs ``python -m axengine.cli`` in a subprocess."""
+    function = getattr(item, "function", None)
+    try:
+        source = inspect.getsource(function) if function is not None else ""
+    except (OSError, TypeError):
+        return False
+    return "axengine.cli" in source and ("subprocess" in source or "Popen" in source)
+
+
+def _uses_real_backend(item: pytest.Item) -> bool:
+    callspec = getattr(item, "callspec", None)
+    if callspec is None:
+        return False
+    return any(name in BACKEND_PARAMS and ("etcd" in str(value) or "redis" in str(value))
+               for name, value in callspec.params.items())
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark tests from their fixtures, so no test file has to remember its markers.
+
+    Explicit ``pytestmark``/decorator markers stay; this only adds. A test that starts
+    ax processes through a helper of its module (not in its own body) marks itself.
+    """
+    for item in items:
+        used = set(getattr(item, "fixturenames", ()))
+        if used & SERVER_FIXTURES or _uses_real_backend(item) or _starts_ax_process(item):
+            item.add_marker(pytest.mark.integration)
+        if used & SLOW_FIXTURES or item.nodeid in SLOW_TESTS:
+            item.add_marker(pytest.mark.slow)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Print the ``summary`` properties of passed tests (``record_property("summary",
+    ...)``, e.g. the crash module's "crash points tried N, killed K, resumed R")."""
+    lines = [f"{report.nodeid}: {value}"
+             for report in terminalreporter.stats.get("passed", [])
+             for name, value in report.user_properties if name == "summary"]
+    if lines:
+        terminalreporter.write_sep("-", "summaries")
+        for line in lines:
+            terminalreporter.write_line(line)
 
 
 @pytest.fixture(scope="session")

@@ -1,29 +1,84 @@
 """Crash test with real processes: ``ax run`` is SIGKILLed at seeded points across the
 financial DAG (including between the store commit and the enqueue), then
 ``ax run --resume`` must finish every time with the path of an uninterrupted run, each
-node committed exactly once (counted from the events) and the email sent once."""
+node committed exactly once (counted from the events) and the email sent once.
+
+One case per crash: every occurrence of every fault point of one run
+(``after-commit#3`` is the 3rd time the run passes ``faults.point("after-commit")``),
+then SIGKILLs from outside at seeded random times (``time#1-1.234s``). The occurrences
+are planned in :data:`PLANNED_HITS` and :func:`test_planned_crash_points_match_a_fresh_trace`
+fails as soon as a fresh ``AX_FAULT_TRACE`` of the run differs, so the plan can neither
+shrink nor fall behind silently. :func:`test_crash_summary` (last) prints the figures of
+the whole module: crash points tried, killed, resumed.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import random
 import signal
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
+from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from axengine.config import AxConfig
 from axengine.faults import POINTS
+from axengine.records import Event
+from axengine.wiring import build_runtime
+
+#: Every test here runs ``ax`` processes; the crash cases are also ``slow``.
+pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[1]
 DAG = "dags/financial_risk_assessment.yaml"
 INPUT = "dags/inputs/financial_risk_assessment.json"
-#: How many crash points must actually kill the process.
+#: How many crash cases must actually kill the process and then resume.
 REQUIRED_KILLS = 50
+#: How many times one uninterrupted run of DAG on INPUT passes each fault point, as
+#: counted with ``AX_FAULT_TRACE`` (the run is deterministic). One crash case per
+#: occurrence; update it from the message of the trace test when the engine changes.
+PLANNED_HITS: dict[str, int] = {
+    "before-commit": 11,
+    "after-commit": 11,
+    "after-enqueue": 4,
+    "after-pop": 4,
+    "after-claim": 4,
+    "handler-running": 4,
+    "before-complete": 4,
+    "after-complete": 4,
+    "after-ack": 4,
+    "effect-begun": 1,
+    "effect-performed": 1,
+}
+#: Kills from outside after a seeded random delay (the same 12 delays on every run).
+_rng = random.Random(2026)
+TIMED_KILLS: list[float] = [round(_rng.uniform(0.3, 2.5), 3) for _ in range(12)]
+
+#: ``(id, fault)``: ``fault`` is ``name:n`` (an AX_FAULT_POINT) or ``time:SECONDS``.
+POINT_CASES = [(f"{name}#{n}", f"{name}:{n}")
+               for name in POINTS for n in range(1, PLANNED_HITS.get(name, 0) + 1)]
+TIMED_CASES = [(f"time#{i}-{delay:.3f}s", f"time:{delay:.3f}")
+               for i, delay in enumerate(TIMED_KILLS, 1)]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one crash case did (for :func:`test_crash_summary`)."""
+
+    fault: str
+    killed: bool
+    resumed: bool
+
+
+#: Outcomes of the crash cases run in this process, by fault.
+OUTCOMES: dict[str, Outcome] = {}
 
 
 def _env(home: Path, extra: dict[str, str]) -> dict[str, str]:
@@ -52,75 +107,123 @@ def ax(home: Path, *args: str, fault: str | None = None,
             out, err = proc.communicate()
         return subprocess.CompletedProcess(argv, proc.returncode, out, err)
     return subprocess.run(
-        argv, cwd=ROOT, env=_env(home, extra), text=True, capture_output=True, timeout=120,
+        argv, cwd=ROOT, env=_env(home, extra), text=True, capture_output=True, timeout=60,
         stdin=subprocess.DEVNULL, check=False)
 
 
-def timeline(home: Path, task_id: str) -> dict[str, Any]:
-    shown = ax(home, "tasks", "show", task_id, "--json")
-    assert shown.returncode == 0, shown.stderr
-    return json.loads(shown.stdout)  # type: ignore[no-any-return]
+def stored(home: Path, task_id: str | None = None) -> tuple[str | None, list[Event]]:
+    """The task in ``home`` (None: nothing was submitted) and its events, read from the
+    store in this process, as ``ax tasks list``/``show`` do (two fewer ax processes per
+    crash case)."""
+    async def read() -> tuple[str | None, list[Event]]:
+        runtime = build_runtime(AxConfig.from_env(env={}, home=home))
+        try:
+            found = task_id
+            if found is None:
+                tasks = await runtime.engine.list_tasks()
+                found = tasks[0].task_id if tasks else None
+            return found, (await runtime.engine.events(found) if found else [])
+        finally:
+            await runtime.close()
+
+    return asyncio.run(read())
 
 
-def crash_and_resume(home: Path, fault: str) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Reference:
+    """The uninterrupted run: its result and the fault points it passed, in order."""
+
+    result: dict[str, Any]
+    trace: list[str]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> Reference:
+    """One uninterrupted run of the DAG, traced with ``AX_FAULT_TRACE``."""
+    tmp = tmp_path_factory.mktemp("reference")
+    trace = tmp / "trace.txt"
+    run = ax(tmp / "home", "run", DAG, "--input", INPUT, "--json",
+             env_extra={"AX_FAULT_TRACE": str(trace)})
+    assert run.returncode == 0, run.stderr
+    result = json.loads(run.stdout)
+    assert result["status"] == "SUCCEEDED"
+    assert len(result["path"]) >= 4
+    return Reference(result, trace.read_text().split())
+
+
+def test_planned_crash_points_match_a_fresh_trace(reference: Reference) -> None:
+    hits = dict(Counter(reference.trace))
+    assert set(hits) == set(POINTS), hits
+    assert hits == PLANNED_HITS, (
+        f"the run passes its fault points a different number of times now; "
+        f"set PLANNED_HITS = {dict((p, hits.get(p, 0)) for p in POINTS)}")
+
+
+def crash_and_resume(home: Path, fault: str, expected_path: list[str]) -> Outcome:
+    """Kill ``ax run`` at ``fault``, resume it, check the resumed task; return what
+    happened."""
     crashed = ax(home, "run", DAG, "--input", INPUT, "--quiet", fault=fault)
     if crashed.returncode != -signal.SIGKILL:
-        return {"fault": fault, "killed": False, "rc": crashed.returncode}
-    listed = ax(home, "tasks", "list", "--json")
-    tasks = json.loads(listed.stdout) if listed.returncode == 0 else []
-    if not tasks:
+        assert crashed.returncode == 0, (fault, crashed.returncode, crashed.stderr)
+        return Outcome(fault, killed=False, resumed=False)
+    task_id, _ = stored(home)
+    if task_id is None:
         # Killed before the submit transaction committed: nothing exists, nothing to resume.
-        return {"fault": fault, "killed": True, "before_submit": True}
-    task_id = tasks[0]["task_id"]
+        assert fault.startswith(("time:", "before-commit:1")), fault
+        return Outcome(fault, killed=True, resumed=False)
     resumed = ax(home, "run", "--resume", task_id, "--json")
     assert resumed.returncode == 0, (fault, resumed.stdout, resumed.stderr)
     result = json.loads(resumed.stdout)
-    shown = timeline(home, task_id)
-    return {"fault": fault, "killed": True, "result": result, "shown": shown,
-            "mails": sorted(p.name for p in (home / "mail").glob("*.eml"))}
+    assert result["status"] == "SUCCEEDED", fault
+    assert result["path"] == expected_path, fault
+    commits: dict[str, int] = {}
+    for event in stored(home, task_id)[1]:
+        if event.kind in ("committed", "decided"):
+            commits[event.node_id] = commits.get(event.node_id, 0) + 1
+    assert commits == {node: 1 for node in expected_path}, fault
+    mails = sorted(p.name for p in (home / "mail").glob("*.eml"))
+    assert len(mails) == 1, (fault, mails)
+    return Outcome(fault, killed=True, resumed=True)
+
+
+def _record(outcome: Outcome) -> None:
+    OUTCOMES[outcome.fault] = outcome
+    state = ("resumed" if outcome.resumed else "killed before submit" if outcome.killed
+             else "not killed")
+    print(f"{outcome.fault}: {state}")
 
 
 @pytest.mark.slow
-def test_sigkill_anywhere_then_resume(tmp_path: Path) -> None:
-    baseline = ax(tmp_path / "baseline", "run", DAG, "--input", INPUT, "--json")
-    assert baseline.returncode == 0, baseline.stderr
-    expected = json.loads(baseline.stdout)
-    assert expected["status"] == "SUCCEEDED"
-    expected_path = expected["path"]
-    assert len(expected_path) >= 4
+@pytest.mark.parametrize("fault", [f for _, f in POINT_CASES], ids=[i for i, _ in POINT_CASES])
+def test_sigkill_at_fault_point_then_resume(fault: str, reference: Reference,
+                                            tmp_path: Path) -> None:
+    outcome = crash_and_resume(tmp_path, fault, reference.result["path"])
+    _record(outcome)
+    # The run passes this point (see the trace test), so it must have died there.
+    assert outcome.killed, f"{fault} did not kill ax run"
 
-    # Every occurrence of every fault point in one run (counted with AX_FAULT_TRACE),
-    # plus kills from outside at seeded random times.
-    trace = tmp_path / "trace.txt"
-    traced = ax(tmp_path / "traced", "run", DAG, "--input", INPUT, "--quiet",
-                env_extra={"AX_FAULT_TRACE": str(trace)})
-    assert traced.returncode == 0, traced.stderr
-    hits: dict[str, int] = {}
-    for name in trace.read_text().split():
-        hits[name] = hits.get(name, 0) + 1
-    assert set(hits) == set(POINTS), hits
-    faults: list[str] = [f"{name}:{n}" for name in POINTS for n in range(1, hits[name] + 1)]
-    rng = random.Random(2026)
-    faults += [f"time:{rng.uniform(0.3, 2.5):.3f}" for _ in range(12)]
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        outcomes = list(pool.map(
-            lambda i_f: crash_and_resume(tmp_path / f"run{i_f[0]}", i_f[1]), enumerate(faults)))
 
-    killed = [o for o in outcomes if o["killed"]]
-    resumed = [o for o in killed if not o.get("before_submit")]
-    assert len(resumed) >= REQUIRED_KILLS, [o["fault"] for o in outcomes if not o["killed"]]
-    assert any(o["fault"].startswith("after-commit") for o in killed)
-    print(f"\ncrash points tried {len(faults)}, killed {len(killed)}, resumed {len(resumed)}")
-    for outcome in killed:
-        if outcome.get("before_submit"):
-            assert outcome["fault"].startswith(("time:", "before-commit:1")), outcome
-            continue
-        result, shown = outcome["result"], outcome["shown"]
-        assert result["status"] == "SUCCEEDED", outcome["fault"]
-        assert result["path"] == expected_path, outcome["fault"]
-        commits: dict[str, int] = {}
-        for event in shown["events"]:
-            if event["kind"] in ("committed", "decided"):
-                commits[event["node_id"]] = commits.get(event["node_id"], 0) + 1
-        assert commits == {node: 1 for node in expected_path}, outcome["fault"]
-        assert len(outcome["mails"]) == 1, (outcome["fault"], outcome["mails"])
+@pytest.mark.slow
+@pytest.mark.parametrize("fault", [f for _, f in TIMED_CASES], ids=[i for i, _ in TIMED_CASES])
+def test_sigkill_at_random_time_then_resume(fault: str, reference: Reference,
+                                            tmp_path: Path) -> None:
+    # A delay longer than the run kills nothing: the case then only counts as tried.
+    _record(crash_and_resume(tmp_path, fault, reference.result["path"]))
+
+
+@pytest.mark.slow
+def test_crash_summary(record_property: Any) -> None:
+    """The whole module's figures; needs every crash case above in this process."""
+    tried = [f for _, f in POINT_CASES + TIMED_CASES]
+    missing = [f for f in tried if f not in OUTCOMES]
+    if missing:
+        pytest.skip(f"{len(missing)} of {len(tried)} crash cases did not run here "
+                    "(deselected, failed or in another worker)")
+    killed = [o for o in OUTCOMES.values() if o.killed]
+    resumed = [o for o in killed if o.resumed]
+    summary = (f"crash points tried {len(tried)}, killed {len(killed)}, "
+               f"resumed {len(resumed)}")
+    print(summary)
+    record_property("summary", summary)
+    assert len(resumed) >= REQUIRED_KILLS, [o.fault for o in OUTCOMES.values() if not o.killed]
+    assert any(o.fault.startswith("after-commit") for o in killed)
