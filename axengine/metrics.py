@@ -86,6 +86,10 @@ class TimedStore:
     async def revision(self) -> int:
         return await self.inner.revision()
 
+    @property
+    def max_txn_ops(self) -> int | None:
+        return self.inner.max_txn_ops
+
     def watch(self, prefix: str, *, start_revision: int = 0) -> AsyncIterator[WatchEvent]:
         return self.inner.watch(prefix, start_revision=start_revision)
 

@@ -59,6 +59,10 @@ class CountingStore:
         self.inner = inner
         self.counts: Counter[str] = Counter()
 
+    @property
+    def max_txn_ops(self) -> int | None:
+        return self.inner.max_txn_ops
+
     async def get(self, key: str) -> KeyValue | None:
         self.counts["get"] += 1
         return await self.inner.get(key)

@@ -168,6 +168,13 @@ class WatchEvent:
 class StateStore(Protocol):
     """The single source of truth. Every method is safe to call concurrently."""
 
+    @property
+    def max_txn_ops(self) -> int | None:
+        """Most operations one transaction branch may hold (etcd's ``--max-txn-ops``, as
+        configured in the store URL); None when the store has no such limit (SQLite).
+        The engine refuses a DAG whose largest transition could exceed it."""
+        ...
+
     async def get(self, key: str) -> KeyValue | None:
         """Return the key, or None when it does not exist."""
         ...

@@ -279,6 +279,9 @@ class SqliteStore:
         await store.close()
     """
 
+    #: SQLite commits a transaction of any size (one write lock, one fsync).
+    max_txn_ops: int | None = None
+
     def __init__(
         self,
         *,

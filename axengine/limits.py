@@ -1,0 +1,142 @@
+"""Limits on the JSON values callers hand to ax, checked at the door.
+
+Task inputs, retry overrides, executor outputs, failure details and effect results are
+stored and later served back by every read path (REST and gRPC task views, lists,
+events, watch). A value that can be stored but not read back poisons every later read of
+its task — a 300-level nesting made ``GET /v1/tasks`` answer 500 for every caller — so
+one checker decides what is accepted, before anything is stored:
+
+- standard JSON only: objects with string keys, arrays, strings, finite numbers,
+  booleans and null (no NaN or infinities, no tuples, no other Python objects);
+- at most :data:`MAX_JSON_DEPTH` nested containers;
+- at most :data:`MAX_JSON_BYTES` bytes of canonical JSON.
+
+Text is parsed with :func:`parse_json_text`, which refuses ``NaN``/``Infinity`` literals
+and turns the parser's own ``RecursionError`` on absurd nesting (100,000 levels) into an
+:class:`~axengine.errors.InputError` instead of a crash. Every refusal names the field
+and the limit.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, NoReturn
+
+from axengine.errors import InputError
+
+__all__ = [
+    "MAX_JSON_BYTES",
+    "MAX_JSON_DEPTH",
+    "check_json_value",
+    "json_depth",
+    "parse_json_text",
+]
+
+#: Most nested containers (objects/arrays) in one value. The readers of a value recurse
+#: per level — FastAPI's ``jsonable_encoder`` several frames per level, protobuf's
+#: Struct two messages per level under its recursion limit of 100 — so 64 keeps the
+#: deepest accepted value far from the interpreter's recursion limit (1,000) on every
+#: read path; it is also the DAG loader's nesting limit, so one number rules both.
+MAX_JSON_DEPTH = 64
+
+#: Largest value (canonical JSON, UTF-8 bytes); the engine's default task-input limit
+#: and the API's default gRPC message size, so anything accepted can be sent back.
+MAX_JSON_BYTES = 8 * 1024 * 1024
+
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def _refuse_constant(name: str) -> NoReturn:
+    # json.loads calls this for NaN, Infinity and -Infinity, which are not JSON.
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def json_depth(value: Any) -> int:
+    """Nesting depth of a parsed value: 0 for a scalar, 1 for ``[]``, 2 for ``[[1]]``."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        depth += 1
+        deepest = max(deepest, depth)
+        stack.extend((child, depth) for child in children)
+    return deepest
+
+
+def check_json_value(value: Any, field: str, *, max_depth: int = MAX_JSON_DEPTH,
+                     max_bytes: int = MAX_JSON_BYTES) -> bytes:
+    """Check that ``value`` is storable, readable JSON; return its canonical bytes.
+
+    The walk is iterative (a hostile value cannot exhaust the stack) and stops at the
+    first level past ``max_depth``.
+
+    Args:
+        value: The parsed value.
+        field: What the caller called it (``input``, ``output_json``...), for messages.
+        max_depth: Most nested containers allowed.
+        max_bytes: Largest canonical JSON allowed.
+
+    Raises:
+        InputError: Not standard JSON, nested deeper than ``max_depth`` or larger than
+            ``max_bytes``; the message names ``field`` and the limit.
+    """
+    stack: list[tuple[Any, int, str]] = [(value, 0, field)]
+    while stack:
+        item, depth, where = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            raise InputError(f"{where}: {item} is not a JSON number (NaN and infinities "
+                             "are not standard JSON)")
+        if isinstance(item, _SCALARS):
+            continue
+        if not isinstance(item, dict | list | tuple):  # a tuple encodes as an array
+            raise InputError(f"{where}: a {type(item).__name__} is not a JSON value")
+        depth += 1
+        if depth > max_depth:
+            raise InputError(f"{field} is nested deeper than {max_depth} levels (the limit "
+                             "for JSON values)")
+        if isinstance(item, dict):
+            for key, child in item.items():
+                if not isinstance(key, str):
+                    raise InputError(f"{where}: object key {key!r} is not a string")
+                stack.append((child, depth, where))
+        else:
+            stack.extend((child, depth, where) for child in item)
+    try:
+        data = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                          allow_nan=False).encode()
+    except ValueError as exc:  # an integer past Python's int-to-text digit limit
+        raise InputError(f"{field}: {exc}") from None
+    if len(data) > max_bytes:
+        raise InputError(f"{field} is {len(data)} bytes of JSON; the limit is {max_bytes}")
+    return data
+
+
+def parse_json_text(text: str | bytes, field: str, *, max_depth: int = MAX_JSON_DEPTH,
+                    max_bytes: int = MAX_JSON_BYTES) -> Any:
+    """Parse JSON text strictly and check it with :func:`check_json_value`.
+
+    Raises:
+        InputError: Not JSON, a ``NaN``/``Infinity`` literal, an integer past Python's
+            digit limit, nested too deep, or too large (each names ``field``).
+    """
+    if len(text) > max_bytes:
+        raise InputError(f"{field} is {len(text)} bytes of JSON; the limit is {max_bytes}")
+    try:
+        value = json.loads(text, parse_constant=_refuse_constant)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{field} is not valid JSON: {exc.msg} (line {exc.lineno}, "
+                         f"column {exc.colno})") from None
+    except RecursionError:
+        raise InputError(f"{field} is nested deeper than {max_depth} levels (the limit for "
+                         "JSON values)") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InputError(f"{field} is not valid JSON: {exc}") from None
+    check_json_value(value, field, max_depth=max_depth, max_bytes=max_bytes)
+    return value
