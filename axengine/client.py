@@ -161,6 +161,7 @@ def _task_record(data: Mapping[str, Any]) -> TaskRecord:
         counts=dict(data.get("counts") or {}), created_at=float(data.get("created_at", 0.0)),
         updated_at=float(data.get("updated_at", 0.0)),
         finished_at=float(data.get("finished_at", 0.0)),
+        submitted_by=str(data.get("submitted_by") or ""),
     )
 
 
@@ -369,13 +370,17 @@ class Client(_Base):
     def events(self, task_id: str, *, after_seq: int = 0) -> list[Event]:
         """The task's events in commit order (every page)."""
         out: list[Event] = []
+        params: dict[str, Any] = {"after_seq": after_seq, "limit": _EVENTS_PAGE}
         for _ in range(_MAX_EVENT_PAGES):
             page = self._request("GET", f"/v1/tasks/{task_id}/events", idempotent=True,
-                                 params={"after_seq": after_seq, "limit": _EVENTS_PAGE})
+                                 params=params)
             out.extend(_event(e) for e in page["events"])
             if len(page["events"]) < _EVENTS_PAGE:
                 break
-            after_seq = int(page["last_seq"])
+            # The token seeks (a page costs a page); a server without it pages by seq.
+            token = page.get("next_page_token")
+            params = ({"page_token": token, "limit": _EVENTS_PAGE} if token else
+                      {"after_seq": int(page["last_seq"]), "limit": _EVENTS_PAGE})
         return out
 
     def result(self, task_id: str) -> RunResult:
@@ -502,7 +507,7 @@ class Client(_Base):
 
     def list_tasks(self, *, status: str | None = None, dag: str | None = None,
                    label: str | None = None, limit: int = 100) -> list[TaskRecord]:
-        """Tasks matching the filters (task-id order), at most ``limit``."""
+        """Tasks matching the filters (newest first), at most ``limit``."""
         params = {k: v for k, v in (("status", status), ("dag", dag), ("label", label)) if v}
         out: list[TaskRecord] = []
         token: str | None = None
@@ -591,13 +596,17 @@ class AsyncClient(_Base):
     async def events(self, task_id: str, *, after_seq: int = 0) -> list[Event]:
         """See :meth:`Client.events`."""
         out: list[Event] = []
+        params: dict[str, Any] = {"after_seq": after_seq, "limit": _EVENTS_PAGE}
         for _ in range(_MAX_EVENT_PAGES):
             page = await self._request("GET", f"/v1/tasks/{task_id}/events", idempotent=True,
-                                       params={"after_seq": after_seq, "limit": _EVENTS_PAGE})
+                                       params=params)
             out.extend(_event(e) for e in page["events"])
             if len(page["events"]) < _EVENTS_PAGE:
                 break
-            after_seq = int(page["last_seq"])
+            # The token seeks (a page costs a page); a server without it pages by seq.
+            token = page.get("next_page_token")
+            params = ({"page_token": token, "limit": _EVENTS_PAGE} if token else
+                      {"after_seq": int(page["last_seq"]), "limit": _EVENTS_PAGE})
         return out
 
     async def result(self, task_id: str) -> RunResult:

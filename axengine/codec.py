@@ -37,6 +37,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from axengine.errors import InputError
 from axengine.records import (
     BlobRef,
     Event,
@@ -164,9 +165,13 @@ def canonical_json(value: Any) -> str:
 
     Raises:
         TypeError: ``value`` holds something JSON cannot represent.
-        ValueError: ``value`` holds a NaN or an infinity.
+        InputError: ``value`` holds a NaN or an infinity (a caller's value that is not
+            standard JSON: a 400, never a crash).
     """
-    return _ENCODER.encode(value)
+    try:
+        return _ENCODER.encode(value)
+    except ValueError as exc:
+        raise InputError(f"not standard JSON: {exc}") from None
 
 
 def encode_snapshot(s: Snapshot) -> bytes:
@@ -304,6 +309,7 @@ def encode_task(t: TaskRecord) -> bytes:
         created_at=t.created_at,
         updated_at=t.updated_at,
         finished_at=t.finished_at,
+        submitted_by=t.submitted_by,
     ).SerializeToString()
     return data
 
@@ -335,6 +341,7 @@ def decode_task(data: bytes) -> TaskRecord:
         created_at=m.created_at,
         updated_at=m.updated_at,
         finished_at=m.finished_at,
+        submitted_by=m.submitted_by,
     )
 
 

@@ -19,6 +19,7 @@ gate are results (see ``axengine.engine``), not exceptions.
     ├── Conflict                    same idempotency key with another payload; a second
     │                               conflicting decision; an operation not valid in state
     ├── Unauthorized / Forbidden    missing/wrong token; token lacks the role
+    │                 └── QuotaExceeded  the principal has too many unfinished tasks
     ├── StoreError                  the state store failed            (retryable)
     │   ├── StoreUnavailable        cannot reach it                   (retryable)
     │   └── RevisionCompacted       a watch/read asked for a compacted revision
@@ -42,6 +43,7 @@ __all__ = [
     "NodeError",
     "NotFound",
     "QueueError",
+    "QuotaExceeded",
     "RevisionCompacted",
     "StoreError",
     "StoreUnavailable",
@@ -130,6 +132,11 @@ class Unauthorized(AxError):
 
 class Forbidden(AxError):
     """The token is valid but lacks the role the operation needs."""
+
+
+class QuotaExceeded(Forbidden):
+    """The principal already has as many unfinished tasks as it may (HTTP 429): it
+    may submit again once some finish; another principal is not affected."""
 
 
 class StoreError(AxError):

@@ -18,7 +18,7 @@ from typing import Any
 
 from axengine import codec
 from axengine.dag import Dag
-from axengine.engine import Engine, NodeState, Snapshot, TaskRecord, TaskStatus
+from axengine.engine import Engine, NodeState, Snapshot, TaskRecord, TaskStatus, index_writes
 from axengine.engine._rules import DECIDED_STATES, category, derive_status
 from axengine.errors import Conflict, InputError
 from axengine.records import BlobRef, Event, NextHop
@@ -111,10 +111,12 @@ async def restore_task(engine: Engine, fixture: Mapping[str, Any]) -> str:
         cat = category(dag.nodes[snap.node_id], snap)
         counts[cat] = counts.get(cat, 0) + 1
         ops.append(Put(keys.snapshot(task.task_id, snap.node_id),
-                       codec.encode_snapshot(engine._externalize(snap))))
+                       codec.encode_snapshot(await engine._externalize(snap))))
     status = derive_status(counts, task.status is TaskStatus.CANCELLED)
     task = replace(task, counts=dict(sorted(counts.items())), status=status)
     ops.insert(0, Put(keys.task(task.task_id), codec.encode_task(task)))
+    # Listing and the reconciler find tasks through the indexes: enter it there too.
+    ops.extend(index_writes(keys, None, task))
     for raw in fixture.get("events", ()):
         event = Event(**{k: v for k, v in raw.items() if k != "seq"})
         ops.append(Put(keys.event(task.task_id, event.event_id), codec.encode_event(event)))

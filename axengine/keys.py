@@ -3,11 +3,30 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from urllib.parse import quote
 
-__all__ = ["DEFAULT_PREFIX", "QueueKeys", "StoreKeys"]
+__all__ = ["DEFAULT_PREFIX", "INDEX_VERSION", "QueueKeys", "StoreKeys", "inverted_time"]
 
 #: Default root of every key ax writes to the state store.
 DEFAULT_PREFIX = "/ax"
+#: Version of the secondary task indexes; a store whose ``index_version`` key holds
+#: another value (or none: written before indexes existed) is backfilled once.
+INDEX_VERSION = "1"
+#: Largest creation time (microseconds) the inverted timestamp can order: year 5138.
+_TIME_SPAN = 10**17
+
+
+def inverted_time(created_at: float) -> str:
+    """A fixed-width, zero-padded ``10**17 - 1 - microseconds``: an ascending key range
+    over it lists the newest task first."""
+    micros = min(max(int(created_at * 1_000_000), 0), _TIME_SPAN - 1)
+    return f"{_TIME_SPAN - 1 - micros:017d}"
+
+
+def _part(text: str) -> str:
+    # Names, label keys and values may hold "/" or "=": percent-encode every key part
+    # that comes from a user so it can never split or merge index segments.
+    return quote(text, safe="")
 
 
 @dataclass(frozen=True)
@@ -37,14 +56,47 @@ class StoreKeys:
     def events(self, task_id: str) -> str:
         return f"{self.prefix}/events/{task_id}/"
 
-    def idempotency(self, key: str) -> str:
-        return f"{self.prefix}/idempotency/{key}"
+    def idempotency(self, principal: str, key: str) -> str:
+        """An idempotency key is scoped to the principal that submitted with it, so one
+        client can neither squat nor probe another's keys."""
+        return f"{self.prefix}/idempotency/{_part(principal)}/{key}"
 
     def effect(self, key: str) -> str:
         return f"{self.prefix}/effects/{key}"
 
     def leader(self, role: str) -> str:
         return f"{self.prefix}/leader/{role}"
+
+    # Secondary task indexes (values: the task id). Written in the transaction that
+    # writes the task record, so an index never disagrees with a committed task.
+
+    def index_version(self) -> str:
+        return f"{self.prefix}/index/version"
+
+    def by_created(self) -> str:
+        """Every task, newest first."""
+        return f"{self.prefix}/index/created/"
+
+    def by_status(self, status: str) -> str:
+        """Tasks with one status, newest first."""
+        return f"{self.prefix}/index/status/{_part(status)}/"
+
+    def by_dag(self, dag_name: str) -> str:
+        """Tasks of one DAG name, newest first."""
+        return f"{self.prefix}/index/dag/{_part(dag_name)}/"
+
+    def by_label(self, key: str, value: str) -> str:
+        """Tasks labelled ``key=value``, newest first."""
+        return f"{self.prefix}/index/label/{_part(key)}={_part(value)}/"
+
+    def active_by(self, principal: str) -> str:
+        """Unfinished tasks submitted by ``principal`` (the per-principal quota)."""
+        return f"{self.prefix}/index/active/{_part(principal)}/"
+
+    @staticmethod
+    def index_entry(index: str, created_at: float, task_id: str) -> str:
+        """The key of a task in a newest-first index (``by_created``, ``by_status``...)."""
+        return f"{index}{inverted_time(created_at)}/{task_id}"
 
 
 @dataclass(frozen=True)

@@ -172,6 +172,8 @@ class TaskRecord:
         payload_sha256: sha256 of (dag hash, input, labels, deadline, priority); the same
             key with another payload is a conflict.
         counts: Number of nodes per :class:`NodeState` value.
+        submitted_by: The principal that submitted the task (the token's name; ``local``
+            for the embedded engine). Gates with the four-eyes rule refuse its decision.
     """
 
     task_id: str
@@ -189,6 +191,7 @@ class TaskRecord:
     created_at: float = 0.0
     updated_at: float = 0.0
     finished_at: float = 0.0
+    submitted_by: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,10 +35,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.servers import Server, free_port, start_etcd, start_redis
+from tests.servers import ETCD_MAX_TXN_OPS, Server, free_port, start_etcd, start_redis
 
 __all__ = [
     "REPO",
+    "TOKEN_ROLES",
     "Audit",
     "Proc",
     "Topology",
@@ -52,6 +53,15 @@ __all__ = [
 #: Repository root: the working directory of every ax process (relative PDF paths in
 #: the example inputs resolve against it).
 REPO = Path(__file__).resolve().parent.parent
+#: The principals of the topology's tokens file and their roles. ``submitter`` and
+#: ``approver`` are the untrusted/limited callers of the security tests.
+TOKEN_ROLES: Mapping[str, tuple[str, ...]] = {
+    "admin": ("submit", "approve", "admin"),
+    "executor": ("executor",),
+    "submitter": ("submit",),
+    "submitter2": ("submit",),
+    "approver": ("approve",),
+}
 #: Seconds to wait for a process to announce itself.
 START_TIMEOUT = 30.0
 
@@ -171,9 +181,11 @@ class Topology:
         concurrency: ``--concurrency`` of each executor.
         lease: ``--lease`` of each executor (seconds).
         grace: ``--grace`` of each executor (seconds).
-        executor_settings: ``--settings`` of each executor (handler settings).
+        executor_settings: ``--settings`` of each executor (handler settings), merged
+            over ``input_root`` = the repository's ``dags/inputs``.
         reconcile_interval: ``--reconcile-interval`` of the API.
         api_env: Extra environment of the API process (e.g. ``AX_FAULT_POINT``).
+        api_args: Extra command-line arguments of ``ax api`` (quotas, policies...).
     """
 
     def __init__(
@@ -187,6 +199,7 @@ class Topology:
         executor_settings: Mapping[str, Any] | None = None,
         reconcile_interval: float = 0.5,
         api_env: Mapping[str, str] | None = None,
+        api_args: Sequence[str] = (),
     ) -> None:
         self._own_root = root is None
         self.root = Path(tempfile.mkdtemp(prefix="ax-topology-")) if root is None else root
@@ -195,9 +208,12 @@ class Topology:
         self.concurrency = concurrency
         self.lease = lease
         self.grace = grace
-        self.executor_settings = dict(executor_settings or {})
+        # The example inputs are the only local files the executors (api trust) may read.
+        self.executor_settings = {"input_root": str(REPO / "dags" / "inputs"),
+                                  **(executor_settings or {})}
         self.reconcile_interval = reconcile_interval
         self.api_env = dict(api_env or {})
+        self.api_args = list(api_args)
         self.etcd: Server | None = None
         self.redis: Server | None = None
         self.api: Proc | None = None
@@ -222,7 +238,8 @@ class Topology:
     @property
     def store_url(self) -> str:
         assert self.etcd is not None
-        return self.etcd.url
+        # Declare what the test etcd takes, so the API accepts DAGs up to it.
+        return f"{self.etcd.url}?max_txn_ops={ETCD_MAX_TXN_OPS}"
 
     @property
     def queue_url(self) -> str:
@@ -236,6 +253,10 @@ class Topology:
     @property
     def executor_token(self) -> str:
         return self.tokens["executor"]
+
+    def token(self, name: str) -> str:
+        """The token of one of :data:`TOKEN_ROLES`'s principals (``submitter``...)."""
+        return self.tokens[name]
 
     def describe(self) -> dict[str, Any]:
         """URLs, tokens, PIDs and paths, as ``scripts/dev-topology`` prints them."""
@@ -312,15 +333,15 @@ class Topology:
         return env
 
     def _write_tokens(self) -> None:
-        self.tokens = {"admin": "ax-admin-" + secrets.token_hex(16),
-                       "executor": "ax-exec-" + secrets.token_hex(16)}
+        self.tokens = {name: f"ax-{name}-" + secrets.token_hex(16) for name in TOKEN_ROLES}
         entries = [
-            {"name": "topology-admin", "roles": ["submit", "approve", "admin"],
-             "token_sha256": hashlib.sha256(self.tokens["admin"].encode()).hexdigest()},
-            {"name": "topology-executors", "roles": ["executor"],
-             "token_sha256": hashlib.sha256(self.tokens["executor"].encode()).hexdigest()},
+            {"name": f"topology-{name}", "roles": list(roles),
+             "token_sha256": hashlib.sha256(self.tokens[name].encode()).hexdigest()}
+            for name, roles in TOKEN_ROLES.items()
         ]
-        (self.root / "tokens.yaml").write_text(json.dumps({"tokens": entries}, indent=2))
+        tokens_file = self.root / "tokens.yaml"
+        tokens_file.write_text(json.dumps({"tokens": entries}, indent=2))
+        tokens_file.chmod(0o600)
         token_file = self.root / "executor.token"
         token_file.write_text(self.tokens["executor"] + "\n")
         token_file.chmod(0o600)
@@ -332,7 +353,7 @@ class Topology:
                 "--http", f"127.0.0.1:{self.http_port}",
                 "--grpc", f"127.0.0.1:{self.grpc_port}",
                 "--blobs", str(self.blob_dir),
-                "--reconcile-interval", str(self.reconcile_interval)]
+                "--reconcile-interval", str(self.reconcile_interval), *self.api_args]
 
     # ------------------------------------------------------------------ the API
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 from axengine.api._auth import ANONYMOUS, RULES, Authenticator, Principal, Role, load_tokens
 from axengine.api._errors import ERROR_TABLE, ErrorStatus, error_body, status_of
 from axengine.api._grpc import AxServicer, ExecutorServicer, add_services
+from axengine.api._quotas import Quotas
 from axengine.api._rest import DEFAULT_MAX_BODY_BYTES, create_app
 from axengine.api._server import (
     ApiServer,
@@ -37,6 +38,7 @@ __all__ = [
     "ExecutorServicer",
     "Listening",
     "Principal",
+    "Quotas",
     "Role",
     "ServerOptions",
     "add_services",

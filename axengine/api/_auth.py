@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import os
 import re
 from collections.abc import Iterable, Mapping
@@ -33,6 +34,7 @@ __all__ = [
     "Authenticator",
     "Principal",
     "Role",
+    "check_tokens_file_mode",
     "load_tokens",
 ]
 
@@ -44,6 +46,9 @@ class Role(StrEnum):
     APPROVE = "approve"
     ADMIN = "admin"
     EXECUTOR = "executor"
+    #: Submit with ``lane: fast`` nodes or a priority above the default (0): jumping
+    #: the queue is a privilege, or one submitter can starve everyone else.
+    EXPEDITE = "expedite"
 
 
 ALL_ROLES = frozenset(Role)
@@ -55,7 +60,10 @@ RULES: Mapping[str, frozenset[Role]] = {
     "approve": frozenset({Role.APPROVE, Role.ADMIN}),
     "admin": frozenset({Role.ADMIN}),
     "executor": frozenset({Role.EXECUTOR}),
+    "expedite": frozenset({Role.EXPEDITE, Role.ADMIN}),
 }
+
+log = logging.getLogger("axengine.api.auth")
 
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 _NAME = re.compile(r"^[A-Za-z0-9_.@:-]{1,128}$")
@@ -123,16 +131,41 @@ def _entry(raw: Any, index: int, file: str) -> _Entry:
     return _Entry(Principal(name, frozenset(roles)), digest)
 
 
-def load_tokens(path: str | os.PathLike[str]) -> Authenticator:
-    """Read a tokens file.
+def check_tokens_file_mode(file: str, mode: int, *, allow_insecure: bool = False) -> None:
+    """Refuse a tokens file that group or others may read or write.
 
     Raises:
-        InputError: The file cannot be read or is malformed (the message names the
-            entry and the field).
+        InputError: ``mode`` has group/other bits and ``allow_insecure`` is false; the
+            message names the file and the ``chmod 600`` fix.
+    """
+    if not mode & 0o077:
+        return
+    what = f"tokens file {file} is accessible by group or others (mode {mode & 0o777:04o})"
+    if not allow_insecure:
+        raise InputError(f"{what}: anyone who can read it can replay the tokens in it. "
+                         f"Fix it with `chmod 600 {file}` (or pass "
+                         "--allow-insecure-tokens-file to accept it anyway)")
+    log.warning("%s; accepted because --allow-insecure-tokens-file was given", what)
+
+
+def load_tokens(path: str | os.PathLike[str], *,
+                allow_insecure: bool = False) -> Authenticator:
+    """Read a tokens file.
+
+    Args:
+        path: The YAML file.
+        allow_insecure: Accept (with a warning) a file group or others may access.
+
+    Raises:
+        InputError: The file cannot be read, is malformed (the message names the entry
+            and the field), or is readable or writable by group or others.
     """
     file = os.fspath(path)
     try:
         with open(file, encoding="utf-8") as fh:
+            # The mode of the file actually opened (no window for a swap after a stat).
+            check_tokens_file_mode(file, os.fstat(fh.fileno()).st_mode,
+                                   allow_insecure=allow_insecure)
             data = yaml.safe_load(fh)
     except OSError as exc:
         raise InputError(f"cannot read tokens file {file}: {exc.strerror or exc}") from exc

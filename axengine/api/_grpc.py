@@ -16,17 +16,18 @@ from __future__ import annotations
 import asyncio
 import functools
 import importlib
-import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
-from axengine import codec
+from axengine import codec, limits
 from axengine.api import _ops as ops
 from axengine.api._auth import ANONYMOUS, Authenticator, Principal
 from axengine.api._errors import public_message, status_of
+from axengine.api._quotas import UNLIMITED, Quotas
+from axengine.blobs import check_digest
 from axengine.engine import Engine, Snapshot, TaskRecord
-from axengine.errors import InputError
+from axengine.errors import BlobError, InputError, NotFound
 from axengine.metrics import AxMetrics
 from axengine.records import BlobRef, Event, NodeState
 from executors.contract import Failure, Outcome, Success, Unavailable
@@ -70,8 +71,9 @@ def _metadata(context: Any, name: str) -> str | None:
 
 class _Base:
     def __init__(self, *, engine: Engine, auth: Authenticator | None, metrics: AxMetrics,
-                 stopping: asyncio.Event) -> None:
+                 stopping: asyncio.Event, quotas: Quotas = UNLIMITED) -> None:
         self.engine = engine
+        self.quotas = quotas
         self.auth = auth
         self.metrics = metrics
         self.stopping = stopping
@@ -125,7 +127,8 @@ class AxServicer(_Base):
         result = await ops.submit_task(
             self.engine, dag, task_input, idempotency_key=request.idempotency_key,
             labels=dict(request.labels), priority=request.priority,
-            deadline_seconds=request.deadline_seconds or None)
+            deadline_seconds=request.deadline_seconds or None, principal=who,
+            quotas=self.quotas)
         self.metrics.track_lanes(node.lane for node in dag.nodes.values())
         task = await ops.require_task(self.engine, result.task_id)
         return pb.SubmitTaskReply(task=task_pb(task), created=result.created)
@@ -133,12 +136,18 @@ class AxServicer(_Base):
     @rpc("read")
     async def GetTask(self, request: Any, context: Any, who: Principal) -> Any:
         view = await self.engine.get_task(request.task_id)
-        snaps = [snapshot_pb(ops.resolve_input(self.engine, view.snapshots[nid]))
+        snaps = [snapshot_pb(await ops.resolve_input(self.engine, view.snapshots[nid]))
                  for nid in sorted(view.snapshots)]
         return pb.GetTaskReply(task=task_pb(view.task), snapshots=snaps)
 
     @rpc("read")
     async def ListTasks(self, request: Any, context: Any, who: Principal) -> Any:
+        known = pb.TaskStatus.values()
+        unknown = sorted({s for s in request.statuses if s not in known})
+        if unknown:
+            # proto3 enums carry any number on the wire; one we do not know is the
+            # caller's mistake, not ours.
+            raise InputError(f"statuses: unknown TaskStatus value(s) {unknown}")
         statuses = [pb.TaskStatus.Name(s).removeprefix("TASK_STATUS_")
                     for s in request.statuses if s != pb.TASK_STATUS_UNSPECIFIED]
         tasks, token = await ops.list_page(
@@ -150,10 +159,11 @@ class AxServicer(_Base):
 
     @rpc("read")
     async def GetEvents(self, request: Any, context: Any, who: Principal) -> Any:
-        events, last = await ops.events_page(
+        events, last, token = await ops.events_page(
             self.engine, request.task_id, after_seq=request.after_seq,
-            limit=request.limit or ops.DEFAULT_EVENTS)
-        return pb.GetEventsReply(events=[event_pb(e) for e in events], last_seq=last)
+            limit=request.limit or ops.DEFAULT_EVENTS, page_token=request.page_token)
+        return pb.GetEventsReply(events=[event_pb(e) for e in events], last_seq=last,
+                                 next_page_token=token or "")
 
     async def WatchTask(self, request: Any, context: Any) -> AsyncIterator[Any]:
         try:
@@ -205,8 +215,8 @@ class AxServicer(_Base):
 
     @rpc("submit")
     async def ValidateDag(self, request: Any, context: Any, who: Principal) -> Any:
-        dag, problems = ops.validate_dag(yaml_text=request.dag_yaml,
-                                         file=request.file_name or "<string>")
+        dag, problems = await ops.validate_dag(self.engine, yaml_text=request.dag_yaml,
+                                               file=request.file_name or "<string>")
         return pb.ValidateDagReply(
             ok=dag is not None, dag_hash=dag.hash if dag else "",
             dag_name=dag.name if dag else "",
@@ -274,14 +284,42 @@ class ExecutorServicer(_Base):
             return pb.ProgressReply(result=pb.LEASE_RESULT_STALE)
         return pb.ProgressReply(result=pb.LEASE_RESULT_OK, progress_at=self.engine.clock())
 
-    def _outcome(self, request: Any) -> Outcome:
+    async def _may_read_output(self, task_id: str, node_id: str, fence: int) -> bool:
+        """Whether a ``Complete`` under ``fence`` may have its ``output_ref`` read: the node
+        is RUNNING under that fence with a live lease, or SUCCEEDED under it (a repeat,
+        answered ``already-done`` or ``stale`` by the engine after comparing outputs).
+        A stale or foreign fence never makes the API touch the blob directory.
+
+        Raises:
+            NotFound: The task or the node does not exist.
+        """
+        await ops.require_task(self.engine, task_id)
+        kv = await self.engine.store.get(self.engine.keys.snapshot(task_id, node_id))
+        if kv is None:
+            raise NotFound(f"task {task_id!r} has no node {node_id!r}")
+        snap = codec.decode_snapshot(kv.value)
+        if not fence or snap.fence != fence:
+            return False
+        if snap.state is NodeState.SUCCEEDED:
+            return True
+        return snap.state is NodeState.RUNNING and self.engine.clock() <= snap.lease_until
+
+    async def _output_of_ref(self, ref: Any) -> Any:
+        """The output an executor left in the blob directory (``uri`` is ignored: the
+        digest alone names the file), read off the loop and bounded like inline JSON."""
+        blob = BlobRef("", ref.sha256, ref.size)
+        try:
+            return await self.engine.blob_json(blob, max_bytes=limits.MAX_JSON_BYTES,
+                                               strict_field="output_ref")
+        except BlobError as exc:
+            raise InputError(f"output_ref: {exc}") from None
+
+    async def _outcome(self, request: Any) -> Outcome:
         which = request.WhichOneof("outcome")
         if which == "success":
             success = request.success
             if success.HasField("output_ref"):
-                ref = success.output_ref
-                blob = self.engine.blobs.get(BlobRef(ref.uri, ref.sha256, ref.size))
-                return Success(json.loads(blob))
+                return Success(await self._output_of_ref(success.output_ref))
             return Success(ops.parse_json_text(success.output_json, "output_json"))
         if which == "failure":
             failure = request.failure
@@ -295,7 +333,19 @@ class ExecutorServicer(_Base):
 
     @rpc("executor")
     async def Complete(self, request: Any, context: Any, who: Principal) -> Any:
-        outcome = self._outcome(request)
+        success = request.success if request.WhichOneof("outcome") == "success" else None
+        if success is not None and success.HasField("output_ref"):
+            # The reference is checked, then the task and the fence, before any file is
+            # opened: a malformed digest is refused, a stale attempt is answered stale.
+            check_digest(success.output_ref.sha256)
+            if not await self._may_read_output(request.task_id, request.node_id,
+                                               request.fence):
+                self.metrics.complete_answer(request.task_id, request.node_id, "stale")
+                snap, _ = await ops.node_snapshot(self.engine, request.task_id,
+                                                  request.node_id)
+                return pb.CompleteReply(result=pb.COMPLETE_RESULT_STALE,
+                                        snapshot=snapshot_pb(snap))
+        outcome = await self._outcome(request)
         answer = await self.engine.complete(request.task_id, request.node_id,
                                             fence=request.fence, outcome=outcome)
         self.metrics.complete_answer(request.task_id, request.node_id, answer)
@@ -341,9 +391,10 @@ class ExecutorServicer(_Base):
 
 
 def add_services(server: Any, *, engine: Engine, auth: Authenticator | None,
-                 metrics: AxMetrics, stopping: asyncio.Event) -> None:
+                 metrics: AxMetrics, stopping: asyncio.Event,
+                 quotas: Quotas = UNLIMITED) -> None:
     """Register both services on a ``grpc.aio`` server."""
     common: dict[str, Any] = {"engine": engine, "auth": auth, "metrics": metrics,
-                              "stopping": stopping}
+                              "stopping": stopping, "quotas": quotas}
     pb_grpc.add_AxServiceServicer_to_server(AxServicer(**common), server)
     pb_grpc.add_ExecutorServiceServicer_to_server(ExecutorServicer(**common), server)

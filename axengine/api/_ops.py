@@ -10,17 +10,28 @@ with.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import hashlib
-import json
 import re
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from axengine import codec
+from axengine import codec, limits
+from axengine.api._auth import Principal
+from axengine.api._parsing import off_loop
+from axengine.api._quotas import UNLIMITED, Quotas, check_active, check_submit
 from axengine.dag import Dag, load_dag_mapping, load_dag_text
-from axengine.engine import Engine, Event, Snapshot, SubmitResult, TaskRecord, TaskStatus
+from axengine.engine import (
+    Engine,
+    Event,
+    Snapshot,
+    SubmitResult,
+    TaskRecord,
+    TaskStatus,
+    fit_problem,
+)
 from axengine.errors import Conflict, DagError, DagProblem, InputError, NotFound
 
 __all__ = [
@@ -93,38 +104,46 @@ async def load_request_dag(engine: Engine, *, mapping: Mapping[str, Any] | None 
     if len(given) != 1:
         raise InputError("give exactly one of dag, dag_yaml or dag_hash"
                          + (f" (got {', '.join(given)})" if given else ""))
+    # Parsing and validation are CPU work proportional to the document: off the loop.
     if mapping is not None:
-        return _from_mapping(mapping, file)
+        return await off_loop(_from_mapping, mapping, file)
     if yaml_text is not None:
-        return load_dag_text(yaml_text, file=file)
+        return await off_loop(load_dag_text, yaml_text, file=file)
     assert dag_hash is not None
     if not re.fullmatch(r"[0-9a-f]{8,128}", dag_hash):
         raise InputError(f"dag_hash {dag_hash!r} is not a hex digest")
     return await engine.get_dag(dag_hash)
 
 
-def validate_dag(*, mapping: Mapping[str, Any] | None = None, yaml_text: str | None = None,
-                 file: str = REQUEST_FILE) -> tuple[Dag | None, list[DagProblem]]:
-    """Validate without storing: the DAG, or the problems found."""
+async def validate_dag(engine: Engine, *, mapping: Mapping[str, Any] | None = None,
+                       yaml_text: str | None = None, file: str = REQUEST_FILE,
+                       ) -> tuple[Dag | None, list[DagProblem]]:
+    """Validate without storing: the DAG, or the problems found — including a DAG too
+    large for the store's transactions, which submit would refuse."""
     if (mapping is None) == (yaml_text is None):
         raise InputError("give exactly one of dag_yaml or dag")
     try:
-        dag = _from_mapping(mapping, file) if mapping is not None else load_dag_text(
-            yaml_text or "", file=file)
+        if mapping is not None:
+            dag = await off_loop(_from_mapping, mapping, file)
+        else:
+            dag = await off_loop(load_dag_text, yaml_text or "", file=file)
     except DagError as exc:
         return None, list(exc.problems)
+    too_large = fit_problem(dag, engine.store.max_txn_ops, file=file)
+    if too_large is not None:
+        return None, [too_large]
     return dag, []
 
 
 def parse_json_text(text: str, what: str, *, empty: Any = None) -> Any:
-    """A JSON value sent as text (gRPC ``*_json`` fields); ``""`` gives ``empty``."""
+    """A JSON value sent as text (gRPC ``*_json`` fields); ``""`` gives ``empty``.
+
+    Strict (:func:`axengine.limits.parse_json_text`): standard JSON within the depth and
+    size limits, or :class:`InputError` naming ``what``.
+    """
     if text == "":
         return empty
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{what} is not valid JSON: {exc.msg} (line {exc.lineno}, "
-                         f"column {exc.colno})") from exc
+    return limits.parse_json_text(text, what)
 
 
 # ---------------------------------------------------------------------------- tasks
@@ -140,26 +159,39 @@ async def require_task(engine: Engine, task_id: str) -> TaskRecord:
 
 async def submit_task(engine: Engine, dag: Dag, task_input: Any, *, idempotency_key: str,
                       labels: Mapping[str, str], priority: int,
-                      deadline_seconds: float | None) -> SubmitResult:
-    """Submit; an idempotency key already used for another DAG is refused before the DAG
-    is stored, so a conflicting request writes nothing (the engine still decides the
-    rest of the payload comparison atomically)."""
-    try:
-        codec.canonical_json(task_input)
-    except (TypeError, ValueError) as exc:
-        raise InputError(f"input is not storable JSON: {exc}") from exc
+                      deadline_seconds: float | None, principal: Principal,
+                      quotas: Quotas = UNLIMITED) -> SubmitResult:
+    """Submit as ``principal`` (recorded as ``submitted_by``; idempotency keys are
+    scoped to it). The deployment's quotas are checked first, and an idempotency key
+    the principal already used for another DAG is refused before the DAG is stored, so
+    a refused request writes nothing (the engine still decides the rest of the payload
+    comparison atomically).
+
+    Raises:
+        InputError: Bad input, or a timeout/deadline above the quotas (400).
+        Forbidden: ``lane: fast`` or priority > 0 without the ``expedite`` role (403).
+        QuotaExceeded: Too many unfinished tasks for this principal (429).
+        Conflict: The key was used by this principal for another payload (409).
+    """
+    limits.check_json_value(task_input, "input")
     if not -(2**31) <= priority < 2**31:
         raise InputError(f"priority {priority} is out of range (32-bit integer)")
+    check_submit(dag, principal, quotas, priority=priority, deadline_seconds=deadline_seconds)
+    repeat = False
     if idempotency_key:
-        kv = await engine.store.get(engine.keys.idempotency(idempotency_key))
+        kv = await engine.store.get(engine.keys.idempotency(principal.name, idempotency_key))
         if kv is not None:
             existing = await require_task(engine, kv.value.decode())
             if existing.dag_hash != dag.hash:
                 raise Conflict(f"idempotency key {idempotency_key!r} was used for task "
                                f"{existing.task_id} with another DAG ({existing.dag_name})")
+            repeat = True
+    if not repeat:
+        # An idempotent repeat creates nothing: it must not count against the quota.
+        await check_active(engine, principal, quotas)
     return await engine.submit(dag, task_input, idempotency_key=idempotency_key,
                                labels=dict(labels), priority=priority,
-                               deadline_seconds=deadline_seconds)
+                               deadline_seconds=deadline_seconds, submitted_by=principal.name)
 
 
 Selector = tuple[tuple[str, str, str | None], ...]
@@ -198,7 +230,10 @@ def _selected(labels: Mapping[str, str], selector: Selector) -> bool:
 async def list_page(engine: Engine, *, statuses: Sequence[str] = (), dag_name: str = "",
                     selector: Selector = (), limit: int = DEFAULT_PAGE,
                     page_token: str = "") -> tuple[list[TaskRecord], str | None]:
-    """One page of tasks in task-id order and the token of the next page (None: last)."""
+    """One page of tasks, newest first, and the opaque token of the next page (None:
+    last). Read through the engine's secondary indexes: the cost is the page's, not the
+    store's (see :meth:`Engine.task_page`); a page may be short and still have a token
+    when the filters leave most index entries out."""
     wanted = set()
     for status in statuses:
         try:
@@ -208,36 +243,57 @@ async def list_page(engine: Engine, *, statuses: Sequence[str] = (), dag_name: s
                              f"{', '.join(s.value for s in TaskStatus)}") from None
     if not 1 <= limit <= MAX_PAGE:
         raise InputError(f"limit must be between 1 and {MAX_PAGE}")
-    single = next(iter(wanted)).value if len(wanted) == 1 else None
-    out: list[TaskRecord] = []
-    after = page_token or None
-    while len(out) < limit:
-        batch = await engine.list_tasks(status=single, dag_name=dag_name or None,
-                                        limit=limit, start_after=after)
-        for task in batch:
-            after = task.task_id
-            if (not wanted or task.status in wanted) and _selected(task.labels, selector):
-                out.append(task)
-                if len(out) >= limit:
-                    break
-        if len(batch) < limit:
-            break
-    return out, (out[-1].task_id if len(out) >= limit else None)
+    equal = {key: value for key, op, value in selector if op == "=" and value is not None}
+    return await engine.task_page(statuses=wanted, dag_name=dag_name, labels=equal,
+                                  match=lambda task: _selected(task.labels, selector),
+                                  limit=limit, page_token=page_token)
 
 
 async def events_page(engine: Engine, task_id: str, *, after_seq: int = 0,
-                      limit: int = DEFAULT_EVENTS) -> tuple[list[Event], int]:
-    """Events with ``seq > after_seq`` in commit order, and the last seq returned."""
+                      limit: int = DEFAULT_EVENTS, page_token: str = "",
+                      ) -> tuple[list[Event], int, str | None]:
+    """A page of events, the highest seq in it, and the token of the next page.
+
+    With ``page_token`` (or from the start, ``after_seq == 0``) the page is sought by
+    event key: it reads about ``limit`` keys whatever the timeline's length
+    (:meth:`Engine.events_page`). ``after_seq`` alone (the older contract) still works
+    but reads the whole timeline to filter it. The token is None when the page is
+    shorter than ``limit`` (nothing more for now; a running task's next events come
+    through watch, or by asking again with the last token).
+    """
     if not 1 <= limit <= MAX_PAGE * 10:
         raise InputError(f"limit must be between 1 and {MAX_PAGE * 10}")
-    await require_task(engine, task_id)
-    newer = [e for e in await engine.events(task_id) if e.seq > after_seq]
-    events = newer[:limit]
-    # Events of one transaction share their seq: never cut a transaction in two, or
-    # ``after_seq=last_seq`` would skip the rest of it.
-    while events and len(events) < len(newer) and newer[len(events)].seq == events[-1].seq:
-        events.append(newer[len(events)])
-    return events, (events[-1].seq if events else after_seq)
+    task = await require_task(engine, task_id)
+    if after_seq and not page_token:
+        newer = [e for e in await engine.events(task_id) if e.seq > after_seq]
+        events = newer[:limit]
+        # Events of one transaction share their seq: never cut a transaction in two, or
+        # ``after_seq=last_seq`` would skip the rest of it.
+        while events and len(events) < len(newer) and newer[len(events)].seq == events[-1].seq:
+            events.append(newer[len(events)])
+        last_seq = events[-1].seq if events else after_seq
+        return events, last_seq, None
+    after, max_seq = _parse_events_token(page_token) if page_token else ("", after_seq)
+    events, last_key, last_seq = await engine.events_page(
+        task_id, after=after, max_seq=max_seq, limit=limit, settled=task.status.final)
+    events = [e for e in events if e.seq > after_seq]
+    return events, last_seq, (_events_token(last_key, last_seq)
+                              if len(events) >= limit else None)
+
+
+def _events_token(event_key: str, max_seq: int) -> str:
+    return base64.urlsafe_b64encode(f"{event_key}|{max_seq}".encode()).decode().rstrip("=")
+
+
+def _parse_events_token(token: str) -> tuple[str, int]:
+    try:
+        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode()
+        key, _, seq = raw.rpartition("|")
+        if not key or "/" in key:
+            raise ValueError(token)
+        return key, int(seq)
+    except (ValueError, UnicodeDecodeError):
+        raise InputError("page_token is not an events token this server returned") from None
 
 
 # ---------------------------------------------------------------------------- watch
@@ -356,7 +412,7 @@ def task_json(task: TaskRecord) -> dict[str, Any]:
         "deadline": task.deadline, "labels": dict(task.labels),
         "idempotency_key": task.idempotency_key, "counts": dict(task.counts),
         "created_at": task.created_at, "updated_at": task.updated_at,
-        "finished_at": task.finished_at,
+        "finished_at": task.finished_at, "submitted_by": task.submitted_by,
     }
 
 
@@ -379,10 +435,10 @@ def node_json(snap: Snapshot, node_type: str) -> dict[str, Any]:
     }
 
 
-def resolve_input(engine: Engine, snap: Snapshot) -> Snapshot:
-    """The snapshot with a blob-held rendered input read back."""
+async def resolve_input(engine: Engine, snap: Snapshot) -> Snapshot:
+    """The snapshot with a blob-held rendered input read back (off the event loop)."""
     if snap.input_ref is not None and snap.input is None:
-        return replace(snap, input=json.loads(engine.blobs.get(snap.input_ref)))
+        return replace(snap, input=await engine.blob_json(snap.input_ref))
     return snap
 
 
@@ -400,8 +456,8 @@ async def node_snapshot(engine: Engine, task_id: str, node_id: str) -> tuple[Sna
         raise NotFound(f"task {task_id!r} has no node {node_id!r}")
     snap = codec.decode_snapshot(kv.value)
     if snap.output_ref is not None and snap.output is None:
-        snap = replace(snap, output=json.loads(engine.blobs.get(snap.output_ref)))
-    return resolve_input(engine, snap), node.type
+        snap = replace(snap, output=await engine.blob_json(snap.output_ref))
+    return await resolve_input(engine, snap), node.type
 
 
 async def task_view_json(engine: Engine, task_id: str) -> dict[str, Any]:
@@ -409,7 +465,7 @@ async def task_view_json(engine: Engine, task_id: str) -> dict[str, Any]:
     view = await engine.get_task(task_id)
     body = task_json(view.task)
     body["nodes"] = {
-        nid: node_json(resolve_input(engine, snap), view.dag.nodes[nid].type)
+        nid: node_json(await resolve_input(engine, snap), view.dag.nodes[nid].type)
         for nid, snap in view.snapshots.items()
     }
     return body

@@ -7,6 +7,10 @@ Requests pass three ASGI layers before routing, outermost first:
    is read, and a chunked body is counted as it streams,
 3. authentication of ``/v1`` paths (401 before the body is even parsed).
 
+Bodies are parsed strictly (:class:`_StrictJsonRoute`): ``NaN``/``Infinity`` literals and
+values nested deeper than :data:`axengine.limits.MAX_JSON_DEPTH` are 400 before pydantic
+sees them (the stock parser accepts both, and crashes on 100,000 levels).
+
 Routes then check the role the operation needs (403), validate the body with strict
 pydantic models (unknown fields are errors), and call the engine through
 :mod:`axengine.api._ops`. Every error leaves as ``{"error": {"type", "message"}}`` with
@@ -18,20 +22,24 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+import re
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Annotated, Any, Literal
 
 from fastapi import Depends, FastAPI, Header, Query, Request, Security
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from axengine import limits
 from axengine.api import _ops as ops
 from axengine.api._auth import ANONYMOUS, Authenticator, Principal
 from axengine.api._errors import error_body, problem_json, status_of
+from axengine.api._quotas import UNLIMITED, Quotas
 from axengine.engine import Engine
 from axengine.errors import AxError, InputError, Unauthorized
 from axengine.metrics import CONTENT_TYPE_LATEST, AxMetrics
@@ -191,6 +199,89 @@ class RequestCountMiddleware:
             self.metrics.requests.labels(scope["method"], path, str(status)).inc()
 
 
+# ---------------------------------------------------------------------------- strict JSON
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number (NaN and infinities are not standard "
+                     "JSON)")
+
+
+_JSON_TOKENS = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}:]')
+
+
+def _deepest_field(body: bytes) -> str:
+    """Which top-level field of a body too deep to parse holds the deep part: a linear
+    scan of strings and brackets, for the error message only."""
+    depth, last, key = 0, b"", b""
+    for token in _JSON_TOKENS.finditer(body):
+        text = token.group()
+        if text in (b"[", b"{"):
+            depth += 1
+            if depth > limits.MAX_JSON_DEPTH + 1:
+                break
+        elif text in (b"]", b"}"):
+            depth -= 1
+        elif text == b":":
+            if depth == 1:
+                key = last
+        else:
+            last = text
+    try:
+        name = json.loads(key) if key else ""
+    except ValueError:
+        name = ""
+    return f"body.{name}" if isinstance(name, str) and name else "request body"
+
+
+def _too_deep(where: str) -> HTTPException:
+    return HTTPException(400, f"{where} is nested deeper than {limits.MAX_JSON_DEPTH} levels "
+                              "(the limit for JSON values)")
+
+
+def strict_json_body(body: bytes) -> Any:
+    """Parse a request body as standard JSON with bounded nesting.
+
+    A syntax error raises :class:`json.JSONDecodeError`, which FastAPI reports with its
+    position; the rest raises a 400 :class:`HTTPException` naming the field and limit.
+    """
+    try:
+        value = json.loads(body, parse_constant=_refuse_constant)
+    except json.JSONDecodeError:
+        raise
+    except RecursionError:
+        raise _too_deep(_deepest_field(body)) from None
+    except ValueError as exc:  # NaN/Infinity, bad UTF-8, an integer too long to parse
+        raise HTTPException(400, f"request body is not standard JSON: {exc}") from None
+    # Each field may nest MAX_JSON_DEPTH levels under the body object itself.
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if limits.json_depth(item) > limits.MAX_JSON_DEPTH:
+                raise _too_deep(f"body.{key}")
+    elif limits.json_depth(value) > limits.MAX_JSON_DEPTH + 1:
+        raise _too_deep("request body")
+    return value
+
+
+class _StrictJsonRequest(Request):
+    async def json(self) -> Any:
+        if not hasattr(self, "_json"):
+            self._json = strict_json_body(await self.body())
+        return self._json
+
+
+class _StrictJsonRoute(APIRoute):
+    """A route whose body is parsed by :func:`strict_json_body`."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def strict(request: Request) -> Response:
+            return await handler(_StrictJsonRequest(request.scope, request.receive))
+
+        return strict
+
+
 # ---------------------------------------------------------------------------- models
 
 
@@ -327,7 +418,8 @@ async def _probe(what: Awaitable[Any]) -> str:
 
 def create_app(*, engine: Engine, auth: Authenticator | None, metrics: AxMetrics,
                stopping: asyncio.Event | None = None,
-               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES) -> FastAPI:
+               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
+               quotas: Quotas = UNLIMITED) -> FastAPI:
     """Build the REST application.
 
     Args:
@@ -337,12 +429,14 @@ def create_app(*, engine: Engine, auth: Authenticator | None, metrics: AxMetrics
         metrics: Process metrics (served at ``/metrics``, fed by request counting).
         stopping: Set when the server shuts down: watch streams end, readiness fails.
         max_body_bytes: Largest request body accepted (413 above).
+        quotas: What a submitter may ask for (timeouts, deadline, active tasks).
     """
     stop = stopping or asyncio.Event()
     app = FastAPI(
         title="ax API", version="1",
         description="Durable DAG workflow engine for agentic work (see docs/api.md).",
     )
+    app.router.route_class = _StrictJsonRoute
     _install_error_handlers(app)
     app.add_middleware(AuthMiddleware, auth=auth)
     app.add_middleware(BodyLimitMiddleware, max_bytes=max_body_bytes)
@@ -387,7 +481,8 @@ def create_app(*, engine: Engine, auth: Authenticator | None, metrics: AxMetrics
         task_input = body.input if "input" in body.model_fields_set else {}
         result = await ops.submit_task(
             engine, dag, task_input, idempotency_key=key, labels=body.labels,
-            priority=body.priority, deadline_seconds=body.deadline_seconds)
+            priority=body.priority, deadline_seconds=body.deadline_seconds,
+            principal=who, quotas=quotas)
         metrics.track_lanes(node.lane for node in dag.nodes.values())
         reply = {"task_id": result.task_id, "created": result.created, "dag_hash": dag.hash}
         return _json_response(201 if result.created else 200, reply)
@@ -400,7 +495,7 @@ def create_app(*, engine: Engine, auth: Authenticator | None, metrics: AxMetrics
         limit: Annotated[int, Query(ge=1, le=ops.MAX_PAGE)] = ops.DEFAULT_PAGE,
         page_token: str = "",
     ) -> dict[str, Any]:
-        """Tasks in task-id order, one page at a time."""
+        """Tasks newest first, one page at a time (an opaque `next_page_token`)."""
         tasks, token = await ops.list_page(
             engine, statuses=status or (), dag_name=dag,
             selector=ops.parse_label_selector(label), limit=limit, page_token=page_token)
@@ -416,11 +511,14 @@ def create_app(*, engine: Engine, auth: Authenticator | None, metrics: AxMetrics
         task_id: str, who: Reader,
         after_seq: Annotated[int, Query(ge=0)] = 0,
         limit: Annotated[int, Query(ge=1, le=ops.MAX_PAGE * 10)] = ops.DEFAULT_EVENTS,
+        page_token: Annotated[str, Query(max_length=512)] = "",
     ) -> dict[str, Any]:
-        """The task's events in commit order."""
-        events, last = await ops.events_page(engine, task_id, after_seq=after_seq,
-                                             limit=limit)
-        return {"events": [ops.event_json(e) for e in events], "last_seq": last}
+        """The task's events in commit order, one page at a time (pass
+        ``next_page_token`` back as ``page_token``)."""
+        events, last, token = await ops.events_page(engine, task_id, after_seq=after_seq,
+                                                    limit=limit, page_token=page_token)
+        return {"events": [ops.event_json(e) for e in events], "last_seq": last,
+                "next_page_token": token}
 
     @app.get("/v1/tasks/{task_id}/watch", tags=["tasks"],
              responses={200: {"content": {"text/event-stream": {}}}})
@@ -461,6 +559,8 @@ def create_app(*, engine: Engine, auth: Authenticator | None, metrics: AxMetrics
     async def retry(task_id: str, body: RetryBody, who: Admin) -> dict[str, Any]:
         """Re-run a node and everything after it."""
         override = body.input if "input" in body.model_fields_set else None
+        if override is not None:
+            limits.check_json_value(override, "input")
         result = await engine.retry(task_id, body.from_node, input_override=override,
                                     by=who.name)
         return {"result": result, "task": ops.task_json(await ops.require_task(engine, task_id))}
@@ -468,8 +568,8 @@ def create_app(*, engine: Engine, auth: Authenticator | None, metrics: AxMetrics
     @app.post("/v1/dags/validate", tags=["dags"])
     async def validate(body: ValidateBody, who: Submitter) -> dict[str, Any]:
         """Validate a DAG without storing it."""
-        dag, problems = ops.validate_dag(mapping=body.dag, yaml_text=body.dag_yaml,
-                                         file=body.file)
+        dag, problems = await ops.validate_dag(engine, mapping=body.dag,
+                                               yaml_text=body.dag_yaml, file=body.file)
         return {"valid": dag is not None, "problems": [problem_json(p) for p in problems],
                 "hash": dag.hash if dag else None, "name": dag.name if dag else None}
 

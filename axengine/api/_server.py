@@ -19,12 +19,11 @@ import contextlib
 import ipaddress
 import json
 import logging
-import re
 import signal
 import socket
 import sys
 from collections.abc import Callable, Generator, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
@@ -32,8 +31,12 @@ import uvicorn
 
 from axengine.api._auth import Authenticator
 from axengine.api._grpc import add_services
+from axengine.api._grpc_auth import AuthInterceptor
+from axengine.api._grpc_decode import DecodeInterceptor
+from axengine.api._quotas import Quotas
 from axengine.api._rest import DEFAULT_MAX_BODY_BYTES, create_app
 from axengine.config import AxConfig
+from axengine.credentials import redact_url
 from axengine.engine import Engine, EngineConfig, Reconciler
 from axengine.engine._shell import host_pid_owner
 from axengine.errors import InputError
@@ -42,12 +45,19 @@ from axengine.store import Delete, Mod
 from axengine.wiring import Runtime, build_runtime
 from axengine.worker import Worker
 
-__all__ = ["ApiServer", "Listening", "ServerOptions", "is_loopback", "parse_address", "serve"]
+__all__ = ["DEFAULT_GRPC_MAX_MESSAGE", "ApiServer", "Listening", "ServerOptions", "is_loopback",
+           "parse_address", "serve"]
 
 log = logging.getLogger("axengine.api.server")
 
-#: gRPC message size limit (inputs and outputs travel inline below the blob threshold).
-GRPC_MAX_MESSAGE = 64 * 1024 * 1024
+#: Largest gRPC request the server reads (``--grpc-max-message-bytes``). Executors send
+#: outputs inline, so this is also the largest output a remote node can return; it
+#: matches :data:`axengine.limits.MAX_JSON_BYTES`. Each concurrent call may hold this much
+#: memory, so it stays far below gRPC's own 64 MiB-ish habits.
+DEFAULT_GRPC_MAX_MESSAGE = 8 * 1024 * 1024
+#: Replies may be larger than any request: a claim carries the rendered node input and
+#: its rendered prompt, each possibly a copy of a large task input.
+GRPC_SEND_FACTOR = 4
 
 
 @dataclass(frozen=True)
@@ -64,8 +74,12 @@ class ServerOptions:
         lease_seconds: Lease the in-process executor asks for.
         reconcile_interval: Seconds between reconciler passes.
         max_body_bytes: Largest REST request body.
+        grpc_max_message_bytes: Largest gRPC request (replies may be
+            :data:`GRPC_SEND_FACTOR` times larger).
         shutdown_grace: Seconds in-flight requests get after a stop.
-        engine_config: Engine tunables.
+        engine_config: Engine tunables (``four_eyes`` among them).
+        quotas: What one submitter may ask for (node timeouts, deadline, unfinished
+            tasks); ``lane: fast`` and priority > 0 need the ``expedite`` role.
         role: Prefix of this process's owner id (``api`` or ``server``).
     """
 
@@ -78,8 +92,10 @@ class ServerOptions:
     lease_seconds: float = 30.0
     reconcile_interval: float = 1.0
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    grpc_max_message_bytes: int = DEFAULT_GRPC_MAX_MESSAGE
     shutdown_grace: float = 10.0
     engine_config: EngineConfig | None = None
+    quotas: Quotas = field(default_factory=Quotas)
     role: str = "api"
 
 
@@ -251,7 +267,8 @@ class ApiServer:
         host, port = parse_address(self.options.http, "--http")
         sock = _bind(host, port)
         app = create_app(engine=self.engine, auth=self.options.auth, metrics=self.metrics,
-                         stopping=self.stopping, max_body_bytes=self.options.max_body_bytes)
+                         stopping=self.stopping, max_body_bytes=self.options.max_body_bytes,
+                         quotas=self.options.quotas)
         config = uvicorn.Config(app, lifespan="off", log_config=None, log_level="warning",
                                 access_log=False, ws="none",
                                 timeout_graceful_shutdown=int(self.options.shutdown_grace))
@@ -268,13 +285,19 @@ class ApiServer:
     async def _start_grpc(self) -> str:
         assert self.options.grpc is not None
         host, port = parse_address(self.options.grpc, "--grpc")
-        server = grpc.aio.server(options=[
-            ("grpc.max_receive_message_length", GRPC_MAX_MESSAGE),
-            ("grpc.max_send_message_length", GRPC_MAX_MESSAGE),
-            ("grpc.so_reuseport", 0),
-        ])
+        limit = self.options.grpc_max_message_bytes
+        auth = self.options.auth
+        # Authentication runs in an interceptor, before a request body is read.
+        server = grpc.aio.server(
+            interceptors=[*([AuthInterceptor(auth)] if auth is not None else []),
+                          DecodeInterceptor()],
+            options=[
+                ("grpc.max_receive_message_length", limit),
+                ("grpc.max_send_message_length", limit * GRPC_SEND_FACTOR),
+                ("grpc.so_reuseport", 0),
+            ])
         add_services(server, engine=self.engine, auth=self.options.auth,
-                     metrics=self.metrics, stopping=self.stopping)
+                     metrics=self.metrics, stopping=self.stopping, quotas=self.options.quotas)
         try:
             bound = server.add_insecure_port(_format(host, port))
         except RuntimeError as exc:
@@ -348,11 +371,6 @@ class ApiServer:
         await runtime.close()
 
 
-def _redact(url: str) -> str:
-    """A URL without its credentials (``etcds://user:secret@host`` → ``etcds://***@host``)."""
-    return re.sub(r"//[^@/]*@", "//***@", url)
-
-
 def _print(line: str) -> None:
     print(f"ax: {line}", flush=True)
 
@@ -388,8 +406,8 @@ async def serve(options: ServerOptions, *, stop: asyncio.Event | None = None,
             _print(f"grpc listening on {listening.grpc_address}")
         mode = "no authentication" if options.auth is None else \
             f"tokens from {options.auth.source}"
-        _print(f"store {_redact(options.config.resolved_store_url)}, queue "
-               f"{_redact(options.config.queue_url)}, {mode}"
+        _print(f"store {redact_url(options.config.resolved_store_url)}, queue "
+               f"{redact_url(options.config.queue_url)}, {mode}"
                + (", in-process executor" if options.run_worker else ""))
         _print("ready")
         if on_ready is not None:

@@ -20,9 +20,17 @@ from typing import Any
 
 from axengine.api import ServerOptions, is_loopback, load_tokens, parse_address, serve
 from axengine.api._auth import Authenticator
+from axengine.api._quotas import (
+    DEFAULT_MAX_ACTIVE_TASKS,
+    DEFAULT_MAX_DEADLINE,
+    DEFAULT_MAX_NODE_TIMEOUT,
+    Quotas,
+)
 from axengine.api._rest import DEFAULT_MAX_BODY_BYTES
+from axengine.api._server import DEFAULT_GRPC_MAX_MESSAGE
 from axengine.cli._common import EXIT_USAGE, add_home, fail
 from axengine.config import AxConfig
+from axengine.engine import EngineConfig
 from axengine.errors import AxError
 
 __all__ = ["register"]
@@ -45,10 +53,29 @@ def _common(p: argparse.ArgumentParser, *, http: str, grpc: str, interval: float
     p.add_argument("--prefix", help="root of every store key (default: $AX_PREFIX or /ax)")
     p.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES,
                    help="larger request bodies are refused with 413 (default 1 MiB)")
+    p.add_argument("--grpc-max-message-bytes", type=int, default=DEFAULT_GRPC_MAX_MESSAGE,
+                   help="larger gRPC requests are refused with RESOURCE_EXHAUSTED; also the "
+                   "largest output an executor can return (default 8 MiB)")
     p.add_argument("--reconcile-interval", type=float, default=interval,
                    help=f"seconds between reconciler passes (default {interval:g})")
     p.add_argument("--shutdown-grace", type=float, default=10.0,
                    help="seconds in-flight requests get after SIGTERM (default 10)")
+    p.add_argument("--max-node-timeout", type=float, default=DEFAULT_MAX_NODE_TIMEOUT,
+                   metavar="S", help="refuse DAGs with a node timeout, stall_timeout or "
+                   f"queue_timeout above S seconds; 0 = no bound "
+                   f"(default {DEFAULT_MAX_NODE_TIMEOUT:g})")
+    p.add_argument("--max-task-deadline", type=float, default=DEFAULT_MAX_DEADLINE,
+                   metavar="S", help="refuse tasks whose deadline is above S seconds; "
+                   f"0 = no bound (default {DEFAULT_MAX_DEADLINE:g})")
+    p.add_argument("--max-active-tasks-per-principal", type=int,
+                   default=DEFAULT_MAX_ACTIVE_TASKS, metavar="N",
+                   help="refuse (429) a submit by a principal with N unfinished tasks; "
+                   f"0 = unlimited (default {DEFAULT_MAX_ACTIVE_TASKS})")
+    p.add_argument("--four-eyes", action="store_true",
+                   help="every human_gateway refuses a decision by the task's submitter "
+                   "(otherwise only gates with four_eyes: true)")
+    p.add_argument("--allow-insecure-tokens-file", action="store_true",
+                   help="accept (with a warning) a tokens file group or others can access")
     p.add_argument("--log-level", default="warning",
                    choices=("debug", "info", "warning", "error"))
     add_home(p)
@@ -87,7 +114,7 @@ def _auth(args: argparse.Namespace, no_auth: bool, flag: str) -> Authenticator |
     if args.tokens and no_auth:
         raise AxError(f"give --tokens or {flag}, not both")
     if args.tokens:
-        return load_tokens(args.tokens)
+        return load_tokens(args.tokens, allow_insecure=args.allow_insecure_tokens_file)
     if not no_auth:
         raise AxError(f"no --tokens FILE given (see deploy/tokens.example.yaml); pass "
                       f"{flag} explicitly to serve without authentication")
@@ -97,14 +124,27 @@ def _auth(args: argparse.Namespace, no_auth: bool, flag: str) -> Authenticator |
 def _options(args: argparse.Namespace, **extra: Any) -> ServerOptions:
     if args.max_body_bytes <= 0:
         raise AxError("--max-body-bytes must be positive")
+    if args.grpc_max_message_bytes <= 0:
+        raise AxError("--grpc-max-message-bytes must be positive")
     http, grpc = _listener(args.http), _listener(args.grpc)
     for value, what in ((http, "--http"), (grpc, "--grpc")):
         if value is not None:
             parse_address(value, what)
     if http is None and grpc is None:
         raise AxError("both --http and --grpc are off: nothing to serve")
-    return ServerOptions(config=_config(args), http=http, grpc=grpc,
+    for value, what in ((args.max_node_timeout, "--max-node-timeout"),
+                        (args.max_task_deadline, "--max-task-deadline"),
+                        (args.max_active_tasks_per_principal,
+                         "--max-active-tasks-per-principal")):
+        if not value >= 0:
+            raise AxError(f"{what} must be 0 (no bound) or positive")
+    quotas = Quotas(max_node_timeout=args.max_node_timeout,
+                    max_deadline=args.max_task_deadline,
+                    max_active_tasks=args.max_active_tasks_per_principal)
+    return ServerOptions(config=_config(args), http=http, grpc=grpc, quotas=quotas,
+                         engine_config=EngineConfig(four_eyes=args.four_eyes),
                          max_body_bytes=args.max_body_bytes,
+                         grpc_max_message_bytes=args.grpc_max_message_bytes,
                          reconcile_interval=args.reconcile_interval,
                          shutdown_grace=args.shutdown_grace, **extra)
 

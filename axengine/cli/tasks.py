@@ -87,6 +87,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
         print(json.dumps({
             "task_id": view.task.task_id, "dag": view.dag.name, "status": view.task.status.value,
+            "submitted_by": view.task.submitted_by,
             "nodes": {n: {"state": s.state.value, "attempt": s.attempt, "fence": s.fence,
                           "output": s.output, "error": s.error,
                           "next_hops": [[h.target_node_id, h.is_taken] for h in s.next_hops]}
@@ -96,7 +97,8 @@ def cmd_show(args: argparse.Namespace) -> int:
         return EXIT_OK
     t = view.task
     print(f"task {t.task_id}  dag {view.dag.name} ({t.dag_hash[:12]})  status {t.status.value}")
-    print(f"created {_when(t.created_at)}  finished {_when(t.finished_at)}"
+    print(f"created {_when(t.created_at)} by {t.submitted_by or '?'}  "
+          f"finished {_when(t.finished_at)}"
           + (f"  deadline {_when(t.deadline)}" if t.deadline else ""))
     print()
     print(node_table(view))

@@ -110,6 +110,8 @@ class Node:
         lane: Queue lane (``default`` or ``fast``).
         simulate: ``llm_call``/``tool_call``: behaviour of the simulated model or tool
             (latency, failures, outputs) used when no real provider is configured.
+        four_eyes: ``human_gateway``: a decision by the principal that submitted the task
+            is refused (approver ≠ submitter).
         line: Source line of the node, for messages.
     """
 
@@ -133,6 +135,7 @@ class Node:
     queue_timeout: float | None = None
     lane: str = "default"
     simulate: Mapping[str, Any] | None = None
+    four_eyes: bool = False
     line: int = field(default=0, compare=False)
 
     @property
@@ -164,6 +167,9 @@ class Node:
         out["timeout"] = self.timeout
         out["retry"] = self.retry
         out["lane"] = self.lane
+        if self.four_eyes:
+            # Only when set: DAGs without it keep the content hash they always had.
+            out["four_eyes"] = True
         if self.fallback is not None:
             out["fallback"] = {"model": self.fallback.model, "threshold": self.fallback.threshold}
         out["next"] = [edge.canonical() for edge in self.next]
@@ -195,6 +201,7 @@ class Node:
             queue_timeout=data.get("queue_timeout"),
             lane=data.get("lane", "default"),
             simulate=data.get("simulate"),
+            four_eyes=bool(data.get("four_eyes", False)),
         )
 
 

@@ -28,8 +28,13 @@ from axengine.errors import DagProblem
 
 __all__ = ["MAX_DAG_NODES", "DagBuilder", "LineList", "LineMap", "Pos"]
 
-#: Most nodes a DAG may have.
-MAX_DAG_NODES = 20_000
+#: Most nodes a DAG may have. A submit writes every node in one store transaction and a
+#: failure can skip a whole branch in one, so a transaction of an N-node DAG may hold
+#: ~2N operations (``axengine.engine.txn_ops_bound``); 10,000 nodes (the bench's largest
+#: chain) is ~20,000 ops — what a well-configured etcd takes (the store refuses larger
+#: DAGs from its own ``max_txn_ops``; SQLite has no such limit) and what one transition
+#: can plan in well under a second. 20,000 took the API 32 s to refuse.
+MAX_DAG_NODES = 10_000
 
 _NODE_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}\Z")
 _DAG_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,127}\Z")
@@ -43,7 +48,7 @@ _TYPE_FIELDS: Mapping[str, tuple[str, ...]] = {
     "tool_call": ("tool", "simulate"),
     "llm_call": ("model", "prompt", "temperature", "max_tokens", "fallback", "simulate"),
     "condition": ("expression",),
-    "human_gateway": ("on_timeout",),
+    "human_gateway": ("on_timeout", "four_eyes"),
 }
 _REQUIRED: Mapping[str, tuple[str, ...]] = {
     "tool_call": ("tool",),
@@ -335,6 +340,12 @@ class DagBuilder:
             # The engine renders a gate's description: approvers see the live values.
             self._site(nid, "description", description, _value_pos(raw, "description"))
         on_timeout = self._choice(raw, "on_timeout", nid, ("approve", "reject"))
+        four_eyes = raw.get("four_eyes", False)
+        if not isinstance(four_eyes, bool):
+            self.problem("bad-value", f"four_eyes must be true or false, not {_kind(four_eyes)}",
+                         _key_line(raw, "four_eyes"), nid, "four_eyes",
+                         "write `four_eyes: true` to refuse a decision by the task's submitter")
+            four_eyes = False
         simulate = raw.get("simulate")
         if simulate is not None and not isinstance(simulate, Mapping):
             self.problem("bad-value", "simulate must be a mapping", _key_line(raw, "simulate"),
@@ -362,6 +373,7 @@ class DagBuilder:
             queue_timeout=self._number(raw, "queue_timeout", nid),
             lane=self._choice(raw, "lane", nid, ("default", "fast")) or "default",
             simulate=_plain(simulate),
+            four_eyes=four_eyes,
             line=line,
         )
 

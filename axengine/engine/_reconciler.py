@@ -18,9 +18,10 @@ from dataclasses import dataclass, field
 
 from axengine import codec
 from axengine.engine._shell import Engine
+from axengine.errors import AxError
 from axengine.queue import WorkItem
 from axengine.records import NodeState
-from axengine.store import Mod, Put
+from axengine.store import Delete, Mod, Put
 
 __all__ = ["ReconcileReport", "Reconciler", "owner_is_dead"]
 
@@ -68,6 +69,7 @@ class Reconciler:
         # When each due WAITING node was first seen still waiting: an item can look
         # queued while it sits in the processing list of a worker that died.
         self._waiting_since: dict[tuple[str, str], float] = {}
+        self._indexed = False
 
     async def elect(self) -> bool:
         """Take or renew leadership; True while this reconciler is the leader."""
@@ -92,13 +94,14 @@ class Reconciler:
             if owner_is_dead(worker):
                 # Its unacked items go back to the lanes now rather than after stuck_after.
                 await engine.queue.recover(worker)
+        if not self._indexed:
+            # The pass finds its tasks through the status index: enter tasks stored
+            # before the indexes existed first (once per store, a no-op afterwards).
+            await engine.ensure_indexes()
+            self._indexed = True
         queued = await engine.queue.queued()
-        kvs = await engine.store.range(engine.keys.tasks())
         still_waiting: dict[tuple[str, str], float] = {}
-        for kv in kvs:
-            task = codec.decode_task(kv.value)
-            if task.status.final:
-                continue
+        for task in await engine.unfinished_tasks():
             report.tasks += 1
             dag = await engine.get_dag(task.dag_hash)
             for skv in await engine.store.range(engine.keys.snapshots(task.task_id)):
@@ -137,10 +140,24 @@ class Reconciler:
         self._waiting_since = still_waiting
         return report
 
+    async def resign(self) -> None:
+        """Give leadership up if this reconciler holds it, so a successor (the next
+        embedded session in this process, another API replica) need not wait out the
+        TTL. The delete compares the record's revision: a record taken over meanwhile is
+        left alone."""
+        store, key = self.engine.store, self.engine.keys.leader("reconciler")
+        kv = await store.get(key)
+        if kv is not None and json.loads(kv.value)["owner"] == self.owner:
+            await store.txn([Mod(key) == kv.mod_revision], [Delete(key)])
+
     async def run(self, stop: asyncio.Event) -> None:
-        """Reconcile every ``interval`` seconds while leader, until ``stop`` is set."""
+        """Reconcile every ``interval`` seconds while leader, until ``stop`` is set; then
+        resign."""
         while not stop.is_set():
             if await self.elect():
                 await self.run_once()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), timeout=self.interval)
+        # Best effort: a store that is down at shutdown leaves the record to expire.
+        with contextlib.suppress(AxError):
+            await self.resign()

@@ -23,7 +23,7 @@ from typing import Any
 from axengine import template
 from axengine.dag import Dag, Node
 from axengine.engine._view import View
-from axengine.errors import Conflict, InputError, TemplateError
+from axengine.errors import Conflict, Forbidden, InputError, TemplateError
 from axengine.records import (
     FINAL_STATES,
     Event,
@@ -37,12 +37,14 @@ from executors.contract import Failure, Outcome, Success, Unavailable
 
 __all__ = [
     "DECIDED_STATES",
+    "GATE_TIMEOUT_ACTOR",
     "Plan",
     "RuleConfig",
     "backoff_delay",
     "canonical_json",
     "category",
     "derive_status",
+    "four_eyes_violation",
     "plan_cancel",
     "plan_claim",
     "plan_complete",
@@ -57,6 +59,8 @@ __all__ = [
 
 #: States whose outgoing edges are decided (``next_hops`` is final).
 DECIDED_STATES = frozenset({NodeState.SUCCEEDED, NodeState.FAILED, NodeState.SKIPPED})
+#: ``by`` of the decision the reconciler applies when a gate's wait expires (``on_timeout``).
+GATE_TIMEOUT_ACTOR = "ax:gate-timeout"
 #: Node types the engine resolves itself, in the transaction that readies them.
 INLINE_TYPES = frozenset({"condition", "human_gateway"})
 
@@ -282,8 +286,8 @@ class _Builder:
             return self._run_condition(node, snap)
         try:
             params = self._render_params(node)
-        except TemplateError as exc:
-            return self.fail(node, snap, f"input template: {exc}", retryable=False)
+        except TemplateError as exc:  # named by _render_params: input, prompt, description
+            return self.fail(node, snap, str(exc), retryable=False)
         snap = replace(
             snap, input=params, input_ref=None,
             input_revision=sha256_json([snap.task_id, node.id, params]),
@@ -306,16 +310,18 @@ class _Builder:
     def _render_params(self, node: Node) -> dict[str, Any]:
         refs = _param_refs(node)
         ctx = self.context(refs)
-        params: dict[str, Any] = {"input": template.render_value(node.input, ctx)}
+        params: dict[str, Any] = {"input": _named("input template", template.render_value,
+                                                  node.input, ctx)}
         if node.prompt is not None:
             # A prompt is written against the node's own input when the node declares
             # one (the seed's inline DAG: `input: {name: Alice}`, prompt `{{ .input.name }}`),
             # otherwise against the task input.
             if node.input is not None:
                 ctx = {**ctx, "input": params["input"]}
-            params["prompt"] = template.render(node.prompt, ctx)
+            params["prompt"] = _named("prompt template", template.render, node.prompt, ctx)
         if node.type == "human_gateway" and node.description:
-            params["description"] = template.render(node.description, ctx)
+            params["description"] = _named("description template", template.render,
+                                           node.description, ctx)
         return params
 
     def _run_condition(self, node: Node, snap: Snapshot) -> list[str]:
@@ -325,12 +331,16 @@ class _Builder:
         try:
             output = self.output_of(upstream[0]) if upstream else None
             if node.input is not None:
-                output = template.render_value(node.input, self.context(_param_refs(node)))
+                output = _named("input template", template.render_value, node.input,
+                                self.context(_param_refs(node)))
             ctx = self.context(_expression_refs(node), output)
-            label = template.evaluate_expression(node.expression, ctx)
-            hops = self.decide_edges(node, label, label)
+            label = _named("expression", template.evaluate_expression, node.expression, ctx)
         except TemplateError as exc:
-            return self.fail(node, snap, f"condition: {exc}", retryable=False)
+            return self.fail(node, snap, str(exc), retryable=False)
+        try:
+            hops = self.decide_edges(node, label, label)
+        except TemplateError as exc:  # worded as plan_complete words a guard error
+            return self.fail(node, snap, f"guard on {node.id}: {exc}", retryable=False)
         done = replace(
             snap, state=NodeState.SUCCEEDED, attempt=snap.attempt + 1, fence=snap.fence + 1,
             input={"output": output}, output=label, output_ref=None,
@@ -362,6 +372,18 @@ class _Builder:
         self.write(out)
         self.event(state.value.lower(), out, message)
         return [node.id] if state is NodeState.FAILED else []
+
+
+def _named(which: str, render: Callable[[Any, Mapping[str, Any]], Any], source: Any,
+           ctx: Mapping[str, Any]) -> Any:
+    """Render one of a node's templates; an error says which one failed (``prompt
+    template: no field 'x'``), as ``ax validate`` names it, keeping its class and line."""
+    try:
+        return render(source, ctx)
+    except TemplateError as exc:
+        named = type(exc)(f"{which}: {exc}")
+        named.line = getattr(exc, "line", 0)  # type: ignore[attr-defined]
+        raise named from exc
 
 
 def _templates_in(value: Any) -> Iterable[str]:
@@ -583,9 +605,36 @@ def plan_complete(view: View, node_id: str, *, fence: int, outcome: Outcome, now
     return b.plan
 
 
+def four_eyes_violation(node: Node, task_submitted_by: str, by: str, *,
+                        four_eyes: bool = False) -> str | None:
+    """Why ``by`` may not decide ``node`` under the four-eyes rule, or None.
+
+    The rule applies when the gate declares ``four_eyes: true`` or the deployment makes
+    it the rule for every gate (``four_eyes``): the principal that submitted the task
+    may not decide its gates. A task with no recorded submitter (stored before
+    ``submitted_by`` existed) cannot be checked and is refused — "could not check" is
+    never a pass.
+    """
+    if not (node.four_eyes or four_eyes) or by == GATE_TIMEOUT_ACTOR:
+        return None
+    if not task_submitted_by:
+        return (f"four-eyes rule: gate {node.id!r} needs a decision by someone other than "
+                "the submitter, and this task has no recorded submitter")
+    if by == task_submitted_by:
+        return (f"four-eyes rule: {by!r} submitted this task and may not decide its gate "
+                f"{node.id!r}; another principal with the approve role must decide")
+    return None
+
+
 def plan_decide(view: View, node_id: str, *, decision: str, by: str, comment: str,
-                now: float, ids: EventIds) -> Plan:
-    """Record a human decision on a paused gate and route on it."""
+                now: float, ids: EventIds, four_eyes: bool = False) -> Plan:
+    """Record a human decision on a paused gate and route on it.
+
+    Raises:
+        Forbidden: The four-eyes rule applies and ``by`` submitted the task
+            (:func:`four_eyes_violation`); checked here, where the decision is
+            committed, so every path (REST, gRPC, CLI, SDK) is held to it.
+    """
     if decision not in ("approve", "reject"):
         raise InputError(f"decision must be 'approve' or 'reject', not {decision!r}")
     node = view.dag.nodes.get(node_id)
@@ -593,6 +642,9 @@ def plan_decide(view: View, node_id: str, *, decision: str, by: str, comment: st
         raise InputError(f"task has no node {node_id!r}")
     if node.type != "human_gateway":
         raise InputError(f"node {node_id!r} is a {node.type}, not a human_gateway")
+    refused = four_eyes_violation(node, view.task.submitted_by, by, four_eyes=four_eyes)
+    if refused is not None:
+        raise Forbidden(refused)
     snap = view.snap(node_id)
     if snap.decision is not None:
         if snap.decision.get("decision") == decision:
@@ -639,7 +691,7 @@ def plan_expire(view: View, node_id: str, *, now: float, ids: EventIds,
         return b.plan
     if snap.state is NodeState.PAUSED and node.type == "human_gateway" and now >= snap.gate_until:
         decision = node.on_timeout or "reject"
-        return plan_decide(view, node_id, decision=decision, by="ax:gate-timeout",
+        return plan_decide(view, node_id, decision=decision, by=GATE_TIMEOUT_ACTOR,
                            comment=f"no decision within {node.timeout:g}s", now=now, ids=ids)
     if snap.state is NodeState.RUNNING:
         stall = node.stall_timeout or node.timeout

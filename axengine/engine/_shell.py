@@ -18,7 +18,7 @@ import os
 import random
 import secrets
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -26,11 +26,20 @@ from axengine import codec, faults
 from axengine.blobs import DEFAULT_THRESHOLD, BlobStore
 from axengine.dag import Dag
 from axengine.engine import _rules as rules
+from axengine.engine._budget import require_fit
+from axengine.engine._index import (
+    choose_index,
+    decode_cursor,
+    encode_cursor,
+    index_keys,
+    index_writes,
+)
 from axengine.engine._view import Need, View
-from axengine.errors import Conflict, InputError, NotFound, StoreError
-from axengine.keys import StoreKeys
+from axengine.errors import Conflict, NotFound, StoreError
+from axengine.keys import INDEX_VERSION, StoreKeys
+from axengine.limits import check_json_value, parse_json_text
 from axengine.queue import WorkItem, WorkQueue
-from axengine.records import Event, Snapshot, TaskRecord, TaskStatus
+from axengine.records import BlobRef, Event, Snapshot, TaskRecord, TaskStatus
 from axengine.store import (
     Compare,
     Get,
@@ -44,10 +53,22 @@ from axengine.store import (
 )
 from executors.contract import NodeRequest, Outcome
 
-__all__ = ["ClaimResult", "Engine", "EngineConfig", "SubmitResult", "TaskView"]
+__all__ = ["LOCAL_PRINCIPAL", "ClaimResult", "Engine", "EngineConfig", "SubmitResult",
+           "TaskView"]
+
+#: ``submitted_by`` of tasks submitted through the embedded engine (``ax run``, the SDK):
+#: there is no authenticated principal, only the local user.
+LOCAL_PRINCIPAL = "local"
 
 #: How many times a transition is re-decided after losing a compare before giving up.
 MAX_CAS_RETRIES = 64
+#: Index keys one page of a task listing may read (filters no index serves stop here
+#: and return a short page with a token).
+LIST_SCAN_BUDGET = 5000
+#: Seconds within which a transition commits after it was decided (clock skew between
+#: API replicas included): event paging of an unfinished task re-reads this much of the
+#: timeline for events that committed after a later-stamped one.
+LATE_EVENT_WINDOW = 30.0
 
 Listener = Callable[[TaskRecord, Sequence[Event]], None]
 
@@ -61,12 +82,15 @@ class EngineConfig:
         blob_threshold: Payloads (JSON bytes) above this go to the blob store.
         max_input_bytes: Largest task input accepted at submit.
         rules: Backoff and unavailability delays.
+        four_eyes: Every ``human_gateway`` refuses a decision by the task's submitter
+            (otherwise only gates that declare ``four_eyes: true``).
     """
 
     lease_seconds: float = 30.0
     blob_threshold: int = DEFAULT_THRESHOLD
     max_input_bytes: int = 8 * 1024 * 1024
     rules: rules.RuleConfig = field(default_factory=rules.RuleConfig)
+    four_eyes: bool = False
 
 
 @dataclass(frozen=True)
@@ -87,6 +111,8 @@ class ClaimResult:
         retry_after: When not claimable because of backoff or a live lease: seconds
             until it may be claimable.
         reason: Why it is not claimable (``backoff``, ``leased``, the node state).
+        submitted_by: Who submitted the task (``local`` for the embedded engine; "" when
+            the answer came over the wire, which does not carry it).
     """
 
     result: str
@@ -95,6 +121,7 @@ class ClaimResult:
     lease_until: float = 0.0
     retry_after: float = 0.0
     reason: str = ""
+    submitted_by: str = ""
 
 
 @dataclass(frozen=True)
@@ -181,10 +208,10 @@ class Engine:
         for nid in sorted(need.outputs):
             ref = view.snaps[nid].output_ref
             assert ref is not None
-            view.outputs[nid] = json.loads(self.blobs.get(ref))
+            view.outputs[nid] = await self.blob_json(ref)
         if need.task_input:
             assert view.task.input_ref is not None
-            view.task_input = json.loads(self.blobs.get(view.task.input_ref))
+            view.task_input = await self.blob_json(view.task.input_ref)
             view.task_input_loaded = True
 
     @staticmethod
@@ -207,6 +234,11 @@ class Engine:
                 await asyncio.sleep(random.uniform(0, min(0.05, 0.0005 * 2 ** attempt)))
             task, task_rev = await self._load_task(task_id)
             view = View(dag=await self.get_dag(task.dag_hash), task=task, task_rev=task_rev)
+            for nid in preload:
+                # A caller naming a node the DAG does not have is a bad request, not a
+                # missing snapshot in the store.
+                if nid not in view.dag.nodes:
+                    raise NotFound(f"task {task_id!r} has no node {nid!r}")
             if preload:
                 await self._fill(view, Need(nodes=preload))
             while isinstance(decided := self._decide(view, rule), Need):
@@ -219,16 +251,18 @@ class Engine:
                 return plan, view
         raise StoreError(f"task {task_id}: gave up after {MAX_CAS_RETRIES} conflicting writes")
 
-    def _externalize(self, snap: Snapshot) -> Snapshot:
+    async def _externalize(self, snap: Snapshot) -> Snapshot:
         threshold = self.config.blob_threshold
         if snap.output is not None and snap.output_ref is None:
             data = rules.canonical_json(snap.output)
             if len(data) > threshold:
-                snap = replace(snap, output=None, output_ref=self.blobs.put(data))
+                ref = await asyncio.to_thread(self.blobs.put, data)  # file I/O: off the loop
+                snap = replace(snap, output=None, output_ref=ref)
         if snap.input is not None and snap.input_ref is None:
             data = rules.canonical_json(snap.input)
             if len(data) > threshold:
-                snap = replace(snap, input=None, input_ref=self.blobs.put(data))
+                ref = await asyncio.to_thread(self.blobs.put, data)
+                snap = replace(snap, input=None, input_ref=ref)
         return snap
 
     def _task_writes(self, view: View, plan: rules.Plan, now: float) -> TaskRecord | None:
@@ -274,11 +308,14 @@ class Engine:
                     at=now, state=task.status.value, actor="engine",
                 ))
             ops.append(Put(self.keys.task(task_id), codec.encode_task(task)))
+            # The indexes move in the same transaction as the record (revision 0: a
+            # submit, every entry is new).
+            ops.extend(index_writes(self.keys, view.task if view.task_rev else None, task))
             plan.task = task
         for nid, snap in plan.writes.items():
             key = self.keys.snapshot(task_id, nid)
             compares.append(Mod(key) == view.revs.get(nid, 0))
-            ops.append(Put(key, codec.encode_snapshot(self._externalize(snap))))
+            ops.append(Put(key, codec.encode_snapshot(await self._externalize(snap))))
         for event in plan.events:
             ops.append(Put(self.keys.event(task_id, event.event_id), codec.encode_event(event)))
         faults.point("before-commit")
@@ -320,6 +357,7 @@ class Engine:
         priority: int = 0,
         deadline_seconds: float | None = None,
         task_id: str | None = None,
+        submitted_by: str = LOCAL_PRINCIPAL,
     ) -> SubmitResult:
         """Create a task and ready its entry nodes in one transaction.
 
@@ -327,13 +365,12 @@ class Engine:
         another payload it raises :class:`Conflict`.
         """
         labels = dict(labels or {})
-        input_bytes = rules.canonical_json(input)
-        if len(input_bytes) > self.config.max_input_bytes:
-            raise InputError(
-                f"task input is {len(input_bytes)} bytes; the limit is "
-                f"{self.config.max_input_bytes}"
-            )
-        await self.put_dag(dag)
+        # Checked before anything is stored: the input must read back on every path
+        # (standard JSON, bounded depth and size), and the largest transition of the DAG
+        # must fit one store transaction, or the task could never finish.
+        input_bytes = check_json_value(input, "task input",
+                                       max_bytes=self.config.max_input_bytes)
+        require_fit(dag, self.store.max_txn_ops, labels=len(labels))
         now = self.clock()
         deadline_s = deadline_seconds if deadline_seconds is not None else dag.deadline
         payload = rules.sha256_json([dag.hash, input, labels, priority, deadline_s])
@@ -341,12 +378,13 @@ class Engine:
         input_ref = None
         stored_input = input
         if len(input_bytes) > self.config.blob_threshold:
-            input_ref, stored_input = self.blobs.put(input_bytes), None
+            input_ref, stored_input = await asyncio.to_thread(self.blobs.put, input_bytes), None
         task = TaskRecord(
             task_id=task_id, dag_hash=dag.hash, dag_name=dag.name, input=stored_input,
             input_ref=input_ref, status=TaskStatus.RUNNING, priority=priority,
             deadline=now + deadline_s if deadline_s else 0.0, labels=labels,
             idempotency_key=idempotency_key, payload_sha256=payload, created_at=now,
+            submitted_by=submitted_by,
             updated_at=now,
         )
         view = View(dag=dag, task=task, task_rev=0, task_input=input, task_input_loaded=True)
@@ -359,10 +397,15 @@ class Engine:
         extra: list[Op] = []
         failure: list[Op] = []
         if idempotency_key:
-            ikey = self.keys.idempotency(idempotency_key)
+            ikey = self.keys.idempotency(submitted_by, idempotency_key)
             compares.append(Version(ikey) == 0)
             extra.append(Put(ikey, task_id.encode()))
             failure.append(Get(ikey))
+        if dag.hash not in self._dags:
+            # The DAG record rides in the submit's transaction, so a refused or conflicting
+            # submit stores nothing; re-putting a stored DAG writes the same bytes (the
+            # key is its content hash).
+            extra.append(Put(self.keys.dag(dag.hash), dag.storage_json()))
         # Same commit as every transition: the task and snapshots are new (revision 0),
         # so the counters are built from scratch.
         result = await self._commit(view, plan, extra_compares=compares, extra_ops=extra,
@@ -378,6 +421,7 @@ class Engine:
                     )
                 return SubmitResult(existing_id, created=False)
             raise Conflict(f"task id {task_id!r} already exists")
+        self._dags[dag.hash] = dag
         await self._after_commit(view, plan)
         return SubmitResult(task_id, created=True)
 
@@ -393,7 +437,7 @@ class Engine:
             node = view.dag.nodes[node_id]
             params = snap.input
             if snap.input_ref is not None:
-                params = json.loads(self.blobs.get(snap.input_ref))
+                params = await self.blob_json(snap.input_ref)
             params = params or {}
             config = {k: v for k, v in node.canonical().items() if k not in ("next", "input")}
             if "prompt" in params:
@@ -404,7 +448,8 @@ class Engine:
                 labels=dict(view.task.labels), input_revision=snap.input_revision,
             )
             return ClaimResult("claimed", request=request, timeout=node.timeout,
-                               lease_until=snap.lease_until)
+                               lease_until=snap.lease_until,
+                               submitted_by=view.task.submitted_by)
         if plan.result == "dead":
             return ClaimResult("dead", reason="deadline or attempt budget")
         reason, retry_after = plan.detail or ("", 0.0)
@@ -441,6 +486,7 @@ class Engine:
         """Approve or reject a paused gate: ``committed`` or ``already-done``."""
         plan, _ = await self._apply(task_id, lambda v: rules.plan_decide(
             v, node_id, decision=decision, by=by, comment=comment, now=self.clock(),
+            four_eyes=self.config.four_eyes,
             ids=self._ids()), preload=())
         return plan.result
 
@@ -500,6 +546,27 @@ class Engine:
 
     # ------------------------------------------------------------------ reads
 
+    async def blob_json(self, ref: BlobRef, *, max_bytes: int | None = None,
+                        strict_field: str | None = None) -> Any:
+        """The JSON value held in a blob, read in a worker thread (a blob may be
+        megabytes; the event loop keeps serving meanwhile).
+
+        Args:
+            ref: The reference; only its sha256 (and declared size) are used.
+            max_bytes: Refuse blobs larger than this (None: the blob store's maximum).
+            strict_field: Parse with the door's JSON limits (a blob named by a caller),
+                naming this field in refusals; None for blobs the engine wrote.
+
+        Raises:
+            InputError: ``ref`` is not a sha256 digest or declares more than the limit;
+                with ``strict_field``, content that is not acceptable JSON.
+            BlobError: Missing, not a regular file, too large, or corrupt.
+        """
+        data = await asyncio.to_thread(self.blobs.get, ref, max_bytes=max_bytes)
+        if strict_field is not None:
+            return parse_json_text(data, strict_field)
+        return json.loads(data)
+
     async def task_record(self, task_id: str) -> TaskRecord:
         """The task record alone (status and counters): one read, whatever the DAG size."""
         return (await self._load_task(task_id))[0]
@@ -513,11 +580,11 @@ class Engine:
         for kv in kvs:
             snap = codec.decode_snapshot(kv.value)
             if resolve_blobs and snap.output_ref is not None:
-                snap = replace(snap, output=json.loads(self.blobs.get(snap.output_ref)))
+                snap = replace(snap, output=await self.blob_json(snap.output_ref))
             snaps[snap.node_id] = snap
             revision = max(revision, kv.mod_revision)
         if resolve_blobs and task.input_ref is not None:
-            task = replace(task, input=json.loads(self.blobs.get(task.input_ref)))
+            task = replace(task, input=await self.blob_json(task.input_ref))
         ordered = {nid: snaps[nid] for nid in dag.nodes if nid in snaps}
         return TaskView(task=task, dag=dag, snapshots=ordered, revision=revision)
 
@@ -526,23 +593,178 @@ class Engine:
         return sorted((_event_with_seq(kv) for kv in kvs), key=lambda e: (e.seq, e.event_id))
 
     async def list_tasks(self, *, status: str | None = None, dag_name: str | None = None,
-                         limit: int = 100, start_after: str | None = None) -> list[TaskRecord]:
-        prefix = self.keys.tasks()
-        after = prefix + start_after if start_after else None
+                         limit: int = 100) -> list[TaskRecord]:
+        """Up to ``limit`` tasks, newest first (see :meth:`task_page`)."""
+        statuses = frozenset({TaskStatus(status)}) if status else frozenset()
         out: list[TaskRecord] = []
+        token = ""
         while len(out) < limit:
-            kvs = await self.store.range(prefix, start_after=after, limit=max(limit, 100))
-            if not kvs:
+            page, next_token = await self.task_page(statuses=statuses, dag_name=dag_name or "",
+                                                    limit=min(limit - len(out), 1000),
+                                                    page_token=token)
+            out += page
+            if next_token is None:
                 break
-            for kv in kvs:
+            token = next_token
+        return out
+
+    async def task_page(
+        self, *, statuses: Collection[TaskStatus] = (), dag_name: str = "",
+        labels: Mapping[str, str] | None = None,
+        match: Callable[[TaskRecord], bool] | None = None, limit: int = 100,
+        page_token: str = "", scan_budget: int = LIST_SCAN_BUDGET,
+    ) -> tuple[list[TaskRecord], str | None]:
+        """One page of tasks, newest first, read through a secondary index.
+
+        The index is the most selective equality filter (:func:`choose_index`): its keys
+        are read page by page with ``start_after`` seeks, the task records fetched with
+        one ``get_many`` per batch, and every filter (``statuses``, ``dag_name``,
+        ``labels`` and ``match``) re-checked on the records. A page reads at most
+        ``scan_budget`` index keys, so a filter no index serves returns a short page
+        with a token rather than scanning the store.
+
+        Returns:
+            The tasks, and the opaque token of the next page (None: no more).
+
+        Raises:
+            InputError: ``page_token`` was not returned by this method.
+        """
+        wanted = frozenset(statuses)
+        labels = dict(labels or {})
+        index = choose_index(self.keys, statuses=wanted, dag_name=dag_name, labels=labels)
+        after = decode_cursor(index, page_token) if page_token else None
+        out: list[TaskRecord] = []
+        scanned = 0
+        batch = limit
+        while len(out) < limit and scanned < scan_budget:
+            entries = await self.store.range(index, start_after=after,
+                                             limit=min(batch, scan_budget - scanned))
+            scanned += len(entries)
+            found = await self.store.get_many([self.keys.task(kv.value.decode())
+                                               for kv in entries])
+            for entry in entries:
+                after = entry.key
+                kv = found.get(self.keys.task(entry.value.decode()))
+                if kv is None:
+                    continue
                 task = codec.decode_task(kv.value)
-                if (status is None or task.status.value == status) and (
-                        dag_name is None or task.dag_name == dag_name):
+                if ((not wanted or task.status in wanted)
+                        and (not dag_name or task.dag_name == dag_name)
+                        and all(task.labels.get(k) == v for k, v in labels.items())
+                        and (match is None or match(task))):
                     out.append(task)
                     if len(out) >= limit:
                         break
+            if len(entries) < batch:
+                return out, None  # the index has no more keys
+            # Residual filters rejected some: read more per round trip, up to a page.
+            batch = min(batch * 2, 1000)
+        return out, (encode_cursor(index, after) if after else None)
+
+    async def count_active(self, principal: str, *, cap: int) -> int:
+        """Unfinished tasks ``principal`` submitted, counted up to ``cap`` from the
+        active-by-principal index (reads at most ``cap`` keys, whatever the store holds)."""
+        return len(await self.store.range(self.keys.active_by(principal), limit=cap))
+
+    async def unfinished_tasks(self) -> list[TaskRecord]:
+        """Every task not in a final status, from the status index (finished tasks are
+        never read)."""
+        out: list[TaskRecord] = []
+        for status in (TaskStatus.RUNNING, TaskStatus.PAUSED):
+            index = self.keys.by_status(status.value)
+            after: str | None = None
+            while True:
+                entries = await self.store.range(index, start_after=after, limit=1000)
+                if not entries:
+                    break
+                after = entries[-1].key
+                found = await self.store.get_many([self.keys.task(kv.value.decode())
+                                                   for kv in entries])
+                for kv in found.values():
+                    task = codec.decode_task(kv.value)
+                    if not task.status.final:
+                        out.append(task)
+        return sorted({t.task_id: t for t in out}.values(), key=lambda t: t.task_id)
+
+    async def ensure_indexes(self) -> int:
+        """Enter every task stored before the indexes existed, once per store.
+
+        Skipped when the ``index_version`` marker holds :data:`INDEX_VERSION`. Each task
+        is indexed by a transaction that compares its record's mod_revision, so a task
+        changing meanwhile is re-read rather than indexed with a stale status; the puts
+        are idempotent, so replicas racing here do no harm. Returns the tasks indexed.
+        """
+        marker = self.keys.index_version()
+        kv = await self.store.get(marker)
+        if kv is not None and kv.value.decode() == INDEX_VERSION:
+            return 0
+        prefix = self.keys.tasks()
+        after: str | None = None
+        done = 0
+        while True:
+            kvs = await self.store.range(prefix, start_after=after, limit=500)
+            if not kvs:
+                break
             after = kvs[-1].key
-        return out
+            for task_kv in kvs:
+                current: KeyValue | None = task_kv
+                while current is not None:
+                    task = codec.decode_task(current.value)
+                    ops: list[Op] = [Put(k, task.task_id.encode())
+                                     for k in sorted(index_keys(self.keys, task))]
+                    result = await self.store.txn(
+                        [Mod(current.key) == current.mod_revision], ops, [Get(current.key)])
+                    current = None if result.succeeded else (result.reads[0] or (None,))[0]
+                done += 1
+        await self.store.txn([], [Put(marker, INDEX_VERSION.encode())])
+        return done
+
+    async def events_page(self, task_id: str, *, after: str = "", max_seq: int = 0,
+                          limit: int = 1000, settled: bool = False,
+                          ) -> tuple[list[Event], str, int]:
+        """One page of a task's events, sought by event key rather than read whole.
+
+        Events are keyed by a time-ordered id; the page reads ``limit`` keys after
+        ``after`` (extended so a transaction is never split). A transition decided
+        before another can still commit after it, so unless the task was already final
+        (``settled``: nothing commits any more), the last :data:`LATE_EVENT_WINDOW`
+        seconds of keys up to the page's end are re-read for events committed after
+        ``max_seq``, the highest seq returned so far.
+
+        Returns:
+            The events sorted by (seq, event id), the key to continue after, and the
+            highest seq returned (``max_seq`` when the page is empty).
+        """
+        prefix = self.keys.events(task_id)
+        kvs = await self.store.range(prefix, start_after=prefix + after if after else None,
+                                     limit=limit)
+        full = len(kvs) == limit
+        while full:
+            more = await self.store.range(prefix, start_after=kvs[-1].key, limit=64)
+            seq = kvs[-1].create_revision
+            same: list[KeyValue] = []
+            for kv in more:
+                if kv.create_revision != seq:
+                    break
+                same.append(kv)
+            kvs += same
+            full = len(same) == len(more) == 64
+        last = kvs[-1].key[len(prefix):] if kvs else after
+        if not settled:
+            window = _event_id(self.clock() - LATE_EVENT_WINDOW)[:17]
+            seen = {kv.key for kv in kvs}
+            start: str | None = prefix + window
+            while start is not None:
+                late = await self.store.range(prefix, start_after=start, limit=500)
+                start = late[-1].key if len(late) == 500 else None
+                for kv in late:
+                    if kv.key[len(prefix):] > last:
+                        start = None
+                        break
+                    if kv.create_revision > max_seq and kv.key not in seen:
+                        kvs.append(kv)
+        events = sorted((_event_with_seq(kv) for kv in kvs), key=lambda e: (e.seq, e.event_id))
+        return events, last, max([max_seq, *(e.seq for e in events)])
 
 
 def _event_with_seq(kv: KeyValue) -> Event:

@@ -16,11 +16,13 @@ from tests.api.conftest import AUTH, GATE_YAML, ROOT, SEED_BODY, ServerFactory
 def write(tmp_path: Path, text: str) -> Path:
     path = tmp_path / "tokens.yaml"
     path.write_text(text)
+    path.chmod(0o600)  # a tokens file others can read is refused
     return path
 
 
 def test_example_tokens_file_loads_and_matches_its_documented_tokens() -> None:
-    auth = load_tokens(ROOT / "deploy" / "tokens.example.yaml")
+    # The example's tokens are public; a git checkout makes it 0644.
+    auth = load_tokens(ROOT / "deploy" / "tokens.example.yaml", allow_insecure=True)
     assert auth.authenticate("Bearer change-me-submit") == Principal(
         "risk-app", frozenset({Role.SUBMIT}))
     assert auth.authenticate("bearer change-me-executor").roles == {Role.EXECUTOR}

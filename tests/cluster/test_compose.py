@@ -83,8 +83,8 @@ def depends(service: dict[str, Any]) -> set[str]:
     return set(dep) if isinstance(dep, dict | list) else set()
 
 
-def test_the_four_services_exist(services: dict[str, Any]) -> None:
-    assert set(services) == {"etcd", "redis", "ax-api", "ax-executor"}
+def test_the_four_services_and_the_etcd_auth_bootstrap_exist(services: dict[str, Any]) -> None:
+    assert set(services) == {"etcd", "etcd-auth", "redis", "ax-api", "ax-executor"}
 
 
 def test_etcd_is_the_seed_image_with_the_seed_command_and_a_large_txn_limit(
@@ -125,7 +125,7 @@ def test_api_command_parses_and_names_the_store_and_queue_services(
     assert (queue.scheme, queue.hostname, queue.port, queue.path) == (
         "redis", "redis", 6379, "/0")
     assert urlsplit(flags(services["etcd"]["command"])["--listen-client-urls"]).port == 2379
-    assert depends(api) == {"etcd", "redis"}
+    assert depends(api) == {"etcd", "etcd-auth", "redis"}
     http_port = int(args.http.rsplit(":", 1)[1])
     grpc_port = int(args.grpc.rsplit(":", 1)[1])
     assert args.http.startswith("0.0.0.0:") and args.grpc.startswith("0.0.0.0:")
@@ -137,7 +137,7 @@ def test_api_tokens_file_is_mounted_and_valid(services: dict[str, Any]) -> None:
     args = ax_args(services["ax-api"])
     host = mounts(services["ax-api"])[args.tokens]
     assert host.is_file()
-    auth = load_tokens(host)
+    auth = load_tokens(host, allow_insecure=True)  # public example tokens, 0644 in git
     assert auth.source == str(host)
 
 
@@ -165,7 +165,7 @@ def test_executor_token_is_granted_the_executor_role_by_the_mounted_tokens(
     assert default is not None, "the token defaults to the example executor token"
     token = default.group(1)
     tokens_file = mounts(services["ax-api"])[ax_args(services["ax-api"]).tokens]
-    principal = load_tokens(tokens_file).authenticate(f"Bearer {token}")
+    principal = load_tokens(tokens_file, allow_insecure=True).authenticate(f"Bearer {token}")
     assert Role.EXECUTOR in principal.roles
     assert hashlib.sha256(token.encode()).hexdigest() in tokens_file.read_text()
 
@@ -194,3 +194,66 @@ def test_dockerfile_copies_what_exists_and_installs_the_ax_command() -> None:
     assert 'ax = "axengine.cli:main"' in (REPO / "pyproject.toml").read_text()
     exposed = {int(p) for p in re.findall(r"^EXPOSE (.+)$", text, re.MULTILINE)[0].split()}
     assert exposed == {8080, 50051}
+
+
+# -- credentials: nothing unauthenticated is published, every ax URL carries credentials --
+
+
+def test_no_published_port_binds_beyond_loopback(services: dict[str, Any]) -> None:
+    for name, service in services.items():
+        for port in service.get("ports", []):
+            assert str(port).startswith("127.0.0.1:"), f"{name} publishes {port}"
+
+
+def _secret_paths(compose: dict[str, Any], service: dict[str, Any]) -> set[str]:
+    """Files the service gets from top-level secrets that come from the environment."""
+    names = {s if isinstance(s, str) else s["source"] for s in service.get("secrets", [])}
+    for name in names:
+        assert set(compose["secrets"][name]) == {"environment"}, "no password in the file"
+    return {f"/run/secrets/{name}" for name in names}
+
+
+def test_etcd_auth_bootstrap_enables_auth_for_the_ax_prefix(
+        compose: dict[str, Any], services: dict[str, Any]) -> None:
+    init = services["etcd-auth"]
+    script = init["command"][-1]
+    env = init["environment"]
+    assert init["restart"] == "no"
+    assert init["depends_on"]["etcd"]["condition"] == "service_healthy"
+    assert "etcdctl auth enable" in script
+    assert "role grant-permission ax --prefix=true readwrite" in script
+    assert env["AX_KEY_PREFIX"] == "/ax/"
+    assert {env["ETCD_ROOT_PASSWORD_FILE"], env["AX_ETCD_PASSWORD_FILE"]} == _secret_paths(
+        compose, init)
+    assert "--interactive=false" in script, "passwords go through stdin, not argv"
+    api = services["ax-api"]["depends_on"]
+    assert api["etcd-auth"]["condition"] == "service_completed_successfully"
+    # The health check must keep passing once auth is on (`endpoint health` would not).
+    assert services["etcd"]["healthcheck"]["test"][-1] == "status"
+
+
+def test_redis_requires_the_password_from_a_secret(
+        compose: dict[str, Any], services: dict[str, Any]) -> None:
+    redis = services["redis"]
+    script = redis["command"][2]
+    assert "requirepass" in script and "redis-server -" in script
+    assert _secret_paths(compose, redis) == {"/run/secrets/redis-password"}
+    assert "/run/secrets/redis-password" in script
+    assert "REDISCLI_AUTH" in str(redis["healthcheck"]["test"])
+
+
+def test_ax_urls_carry_credentials_from_secret_files(
+        compose: dict[str, Any], services: dict[str, Any]) -> None:
+    from axengine.queue import RedisSettings
+    from axengine.store.settings import EtcdSettings
+
+    api, executor = services["ax-api"], services["ax-executor"]
+    store = EtcdSettings.from_url(ax_args(api).store)
+    assert (store.username, store.password) == ("ax", None)
+    assert store.password_file in _secret_paths(compose, api)
+    for service in (api, executor):
+        queue = RedisSettings.from_url(ax_args(service).queue)
+        assert queue.password is None
+        assert queue.password_file == "/run/secrets/redis-password"
+        assert queue.password_file in _secret_paths(compose, service)
+    assert "password=" not in COMPOSE.read_text()

@@ -204,7 +204,7 @@ class TaskSnapshot(_message.Message):
     def __init__(self, task_id: _Optional[str] = ..., node_id: _Optional[str] = ..., status: _Optional[str] = ..., retry_count: _Optional[int] = ..., last_updated: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., input_params: _Optional[_Mapping[str, str]] = ..., output_json: _Optional[str] = ..., next_hops: _Optional[_Iterable[_Union[TaskSnapshot.NextHop, _Mapping]]] = ..., state: _Optional[_Union[NodeState, str]] = ..., attempt: _Optional[int] = ..., fence: _Optional[int] = ..., owner: _Optional[str] = ..., lease_until: _Optional[float] = ..., heartbeat_at: _Optional[float] = ..., progress_at: _Optional[float] = ..., progress_marker: _Optional[str] = ..., input_json: _Optional[str] = ..., input_ref: _Optional[_Union[BlobRef, _Mapping]] = ..., input_revision: _Optional[str] = ..., output_ref: _Optional[_Union[BlobRef, _Mapping]] = ..., output_sha256: _Optional[str] = ..., error: _Optional[str] = ..., error_retryable: _Optional[bool] = ..., evidence: _Optional[str] = ..., ready_at: _Optional[float] = ..., not_before: _Optional[float] = ..., started_at: _Optional[float] = ..., finished_at: _Optional[float] = ..., paused_at: _Optional[float] = ..., paused_seconds: _Optional[float] = ..., gate_until: _Optional[float] = ..., decision_json: _Optional[str] = ..., last_updated_unix: _Optional[float] = ..., preds_left: _Optional[int] = ..., reached: _Optional[bool] = ...) -> None: ...
 
 class Task(_message.Message):
-    __slots__ = ("task_id", "dag_hash", "dag_name", "input_json", "input_ref", "status", "priority", "deadline", "labels", "idempotency_key", "payload_sha256", "counts", "created_at", "updated_at", "finished_at")
+    __slots__ = ("task_id", "dag_hash", "dag_name", "input_json", "input_ref", "status", "priority", "deadline", "labels", "idempotency_key", "payload_sha256", "counts", "created_at", "updated_at", "finished_at", "submitted_by")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -234,6 +234,7 @@ class Task(_message.Message):
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
     UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
     FINISHED_AT_FIELD_NUMBER: _ClassVar[int]
+    SUBMITTED_BY_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     dag_hash: str
     dag_name: str
@@ -249,7 +250,8 @@ class Task(_message.Message):
     created_at: float
     updated_at: float
     finished_at: float
-    def __init__(self, task_id: _Optional[str] = ..., dag_hash: _Optional[str] = ..., dag_name: _Optional[str] = ..., input_json: _Optional[str] = ..., input_ref: _Optional[_Union[BlobRef, _Mapping]] = ..., status: _Optional[_Union[TaskStatus, str]] = ..., priority: _Optional[int] = ..., deadline: _Optional[float] = ..., labels: _Optional[_Mapping[str, str]] = ..., idempotency_key: _Optional[str] = ..., payload_sha256: _Optional[str] = ..., counts: _Optional[_Mapping[str, int]] = ..., created_at: _Optional[float] = ..., updated_at: _Optional[float] = ..., finished_at: _Optional[float] = ...) -> None: ...
+    submitted_by: str
+    def __init__(self, task_id: _Optional[str] = ..., dag_hash: _Optional[str] = ..., dag_name: _Optional[str] = ..., input_json: _Optional[str] = ..., input_ref: _Optional[_Union[BlobRef, _Mapping]] = ..., status: _Optional[_Union[TaskStatus, str]] = ..., priority: _Optional[int] = ..., deadline: _Optional[float] = ..., labels: _Optional[_Mapping[str, str]] = ..., idempotency_key: _Optional[str] = ..., payload_sha256: _Optional[str] = ..., counts: _Optional[_Mapping[str, int]] = ..., created_at: _Optional[float] = ..., updated_at: _Optional[float] = ..., finished_at: _Optional[float] = ..., submitted_by: _Optional[str] = ...) -> None: ...
 
 class Event(_message.Message):
     __slots__ = ("task_id", "event_id", "seq", "kind", "at", "node_id", "state", "attempt", "fence", "actor", "detail")
@@ -363,22 +365,26 @@ class ListTasksReply(_message.Message):
     def __init__(self, tasks: _Optional[_Iterable[_Union[Task, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class GetEventsRequest(_message.Message):
-    __slots__ = ("task_id", "after_seq", "limit")
+    __slots__ = ("task_id", "after_seq", "limit", "page_token")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     AFTER_SEQ_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     after_seq: int
     limit: int
-    def __init__(self, task_id: _Optional[str] = ..., after_seq: _Optional[int] = ..., limit: _Optional[int] = ...) -> None: ...
+    page_token: str
+    def __init__(self, task_id: _Optional[str] = ..., after_seq: _Optional[int] = ..., limit: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class GetEventsReply(_message.Message):
-    __slots__ = ("events", "last_seq")
+    __slots__ = ("events", "last_seq", "next_page_token")
     EVENTS_FIELD_NUMBER: _ClassVar[int]
     LAST_SEQ_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     events: _containers.RepeatedCompositeFieldContainer[Event]
     last_seq: int
-    def __init__(self, events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ..., last_seq: _Optional[int] = ...) -> None: ...
+    next_page_token: str
+    def __init__(self, events: _Optional[_Iterable[_Union[Event, _Mapping]]] = ..., last_seq: _Optional[int] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class WatchTaskRequest(_message.Message):
     __slots__ = ("task_id", "after_seq")
