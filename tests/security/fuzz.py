@@ -36,6 +36,7 @@ import yaml
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 
+from tests.api.conftest import GATE_YAML
 from tests.security.conftest import StoreState, store_state
 from tests.topology import Topology, wait_until
 
@@ -65,26 +66,6 @@ CALL_TIMEOUT = 10.0
 #: Principals of the topology's tokens file (``None``: no token).
 WHO = ("admin", "submitter", "submitter2", "approver", "executor", None)
 
-GATE_YAML = """\
-name: fuzz_gated
-nodes:
-  draft:
-    type: tool_call
-    tool: echo
-    input: {text: "{{ .input.text }}"}
-    next: review
-  review:
-    type: human_gateway
-    description: "check {{ .input.text }}"
-    timeout: 3600
-    next:
-      - condition: "{{ .output.decision == 'approve' }}"
-        target: publish
-  publish:
-    type: tool_call
-    tool: echo
-    input: {done: true}
-"""
 
 DONE_DAG = {"name": "fuzz_done", "nodes": {
     "first": {"type": "tool_call", "tool": "echo", "input": {"x": "{{ .input.x }}"},
