@@ -57,7 +57,7 @@ def _fanout(width: int) -> dict[str, Any]:
 
 
 def test_a_dag_larger_than_the_store_takes_is_refused_before_storing(
-        topology: Topology) -> None:
+        topology: Topology, record_property: Any) -> None:
     dag = _fanout(WIDTH + 1)
     needed = 2 * (WIDTH + 3) + TXN_FIXED_OPS
     before = store_state(topology)
@@ -76,6 +76,8 @@ def test_a_dag_larger_than_the_store_takes_is_refused_before_storing(
     after = store_state(topology)
     assert after == before
     assert not any(key.startswith("/ax/dags/") and key not in before.keys for key in after.keys)
+    record_property("summary", f"{WIDTH + 1}-wide fan-out: 400 {error['message']!r}; "
+                    f"store revision {before.revision} and keys unchanged")
 
 
 def test_a_dag_at_the_limit_runs_to_the_end(topology: Topology) -> None:

@@ -62,7 +62,8 @@ def _code(call: Any) -> grpc.StatusCode:
     return code
 
 
-def test_unauthenticated_big_calls_are_refused_unread(topology: Topology) -> None:
+def test_unauthenticated_big_calls_are_refused_unread(topology: Topology,
+                                                    record_property: Any) -> None:
     assert topology.api is not None
     request = _big_submit()
     before = store_state(topology)
@@ -90,6 +91,9 @@ def test_unauthenticated_big_calls_are_refused_unread(topology: Topology) -> Non
     assert grown < RSS_GROWTH_BOUND, f"the API grew by {grown / 2**20:.0f} MiB"
     assert httpx.get(f"{topology.api_url}/healthz", timeout=10).status_code == 200
     assert store_state(topology) == before
+    record_property("summary", f"4 unauthenticated {len(request.input_json) / 2**20:.0f} MiB "
+                    f"SubmitTask calls: UNAUTHENTICATED; API RSS grew "
+                    f"{grown / 2**20:.1f} MiB (bound {RSS_GROWTH_BOUND / 2**20:.0f})")
 
 
 def test_authenticated_oversized_calls_are_refused(topology: Topology) -> None:
