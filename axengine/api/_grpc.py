@@ -228,17 +228,22 @@ class AxServicer(_Base):
 class ExecutorServicer(_Base):
     """``ax.v1.ExecutorService``: the worker operations, fenced."""
 
+    async def _snapshot(self, task_id: str, node_id: str) -> Snapshot | None:
+        kv = await self.engine.store.get(self.engine.keys.snapshot(task_id, node_id))
+        return None if kv is None else codec.decode_snapshot(kv.value)
+
+    def _live(self, snap: Snapshot, fence: int) -> bool:
+        """RUNNING under ``fence`` with a lease that has not expired."""
+        return (snap.state is NodeState.RUNNING and snap.fence == fence
+                and self.engine.clock() <= snap.lease_until)
+
     async def _holds(self, task_id: str, node_id: str, fence: int) -> bool:
         """Whether ``fence`` is the node's current fence under a live lease (0: not
         checked). A read, not a transition: the effect outbox has its own atomicity."""
         if not fence:
             return True
-        kv = await self.engine.store.get(self.engine.keys.snapshot(task_id, node_id))
-        if kv is None:
-            return False
-        snap = codec.decode_snapshot(kv.value)
-        return (snap.state is NodeState.RUNNING and snap.fence == fence
-                and self.engine.clock() <= snap.lease_until)
+        snap = await self._snapshot(task_id, node_id)
+        return snap is not None and self._live(snap, fence)
 
     @rpc("executor")
     async def Claim(self, request: Any, context: Any, who: Principal) -> Any:
@@ -294,15 +299,12 @@ class ExecutorServicer(_Base):
             NotFound: The task or the node does not exist.
         """
         await ops.require_task(self.engine, task_id)
-        kv = await self.engine.store.get(self.engine.keys.snapshot(task_id, node_id))
-        if kv is None:
+        snap = await self._snapshot(task_id, node_id)
+        if snap is None:
             raise NotFound(f"task {task_id!r} has no node {node_id!r}")
-        snap = codec.decode_snapshot(kv.value)
         if not fence or snap.fence != fence:
             return False
-        if snap.state is NodeState.SUCCEEDED:
-            return True
-        return snap.state is NodeState.RUNNING and self.engine.clock() <= snap.lease_until
+        return snap.state is NodeState.SUCCEEDED or self._live(snap, fence)
 
     async def _output_of_ref(self, ref: Any) -> Any:
         """The output an executor left in the blob directory (``uri`` is ignored: the

@@ -504,6 +504,10 @@ class Engine:
 
     async def retry(self, task_id: str, from_node: str, *, input_override: Any = None,
                     by: str = "admin") -> str:
+        if input_override is not None:
+            # The same door as a submitted input, for every caller (REST, gRPC, CLI).
+            check_json_value(input_override, "retry input",
+                             max_bytes=self.config.max_input_bytes)
         plan, _ = await self._apply(task_id, lambda v: rules.plan_retry(
             v, from_node, input_override=input_override, now=self.clock(), ids=self._ids(),
             by=by))
