@@ -6,6 +6,13 @@ one message of ``proto/ax/v1/ax.proto`` (``Task``, ``TaskSnapshot``, ``Event``,
 called on every transition, so it is written out field by field rather than driven by
 reflection.
 
+Two faces, two owners. The store bytes (``encode_*`` / ``decode_*``) are the engine's
+alone: only :mod:`axengine.engine` reads and writes records in the store
+(``tests/engine/test_engine_closed.py`` keeps it so). The same messages travel on the
+gRPC wire, so the adapters build them with the ``*_message`` functions (and a worker
+reads an outbox record back with :func:`effect_from_message`) without touching the
+store format's entry points.
+
 Round trips are exact: ``decode_x(encode_x(r)) == r`` for every field, because
 
 - times stay UNIX seconds in ``double`` fields (the engine's floats, bit for bit). The
@@ -37,7 +44,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from axengine.errors import InputError
+from axengine.limits import canonical_json
 from axengine.records import (
     BlobRef,
     Event,
@@ -56,10 +63,15 @@ __all__ = [
     "decode_event",
     "decode_snapshot",
     "decode_task",
+    "effect_from_message",
+    "effect_message",
     "encode_effect",
     "encode_event",
     "encode_snapshot",
     "encode_task",
+    "event_message",
+    "snapshot_message",
+    "task_message",
 ]
 
 # The generated stubs (ax_pb2.pyi) need types-protobuf, which ax does not depend on;
@@ -157,23 +169,6 @@ class EffectRecord:
     updated_at: float = 0.0
 
 
-def canonical_json(value: Any) -> str:
-    """Render a JSON value the way ax stores and hashes it.
-
-    Compact separators, sorted keys, UTF-8 text (no ``\\u`` escapes for non-ASCII), and
-    no NaN or infinities, so equal values always give equal text.
-
-    Raises:
-        TypeError: ``value`` holds something JSON cannot represent.
-        InputError: ``value`` holds a NaN or an infinity (a caller's value that is not
-            standard JSON: a 400, never a crash).
-    """
-    try:
-        return _ENCODER.encode(value)
-    except ValueError as exc:
-        raise InputError(f"not standard JSON: {exc}") from None
-
-
 def encode_snapshot(s: Snapshot) -> bytes:
     """Serialize a node snapshot as an ``ax.v1.TaskSnapshot``.
 
@@ -181,6 +176,13 @@ def encode_snapshot(s: Snapshot) -> bytes:
         TypeError: The input, output or decision is not JSON.
         ValueError: A float in them is not finite, or an integer is out of range.
     """
+    data: bytes = snapshot_message(s).SerializeToString()
+    return data
+
+
+def snapshot_message(s: Snapshot) -> Any:
+    """The ``ax.v1.TaskSnapshot`` message of a node snapshot (see :func:`encode_snapshot`
+    for the errors)."""
     inp = s.input
     msg = _TaskSnapshotPb(
         task_id=s.task_id,
@@ -227,8 +229,7 @@ def encode_snapshot(s: Snapshot) -> bytes:
         stamp = msg.last_updated
         stamp.seconds = seconds
         stamp.nanos = min(round((t - seconds) * 1e9), 999_999_999)
-    data: bytes = msg.SerializeToString()
-    return data
+    return msg
 
 
 def decode_snapshot(data: bytes) -> Snapshot:
@@ -293,7 +294,13 @@ def encode_task(t: TaskRecord) -> bytes:
         TypeError: The input is not JSON.
         ValueError: A float in it is not finite, or an integer is out of range.
     """
-    data: bytes = _TaskPb(
+    data: bytes = task_message(t).SerializeToString()
+    return data
+
+
+def task_message(t: TaskRecord) -> Any:
+    """The ``ax.v1.Task`` message of a task (see :func:`encode_task` for the errors)."""
+    return _TaskPb(
         task_id=t.task_id,
         dag_hash=t.dag_hash,
         dag_name=t.dag_name,
@@ -310,8 +317,7 @@ def encode_task(t: TaskRecord) -> bytes:
         updated_at=t.updated_at,
         finished_at=t.finished_at,
         submitted_by=t.submitted_by,
-    ).SerializeToString()
-    return data
+    )
 
 
 def decode_task(data: bytes) -> TaskRecord:
@@ -351,7 +357,13 @@ def encode_event(e: Event) -> bytes:
     Raises:
         ValueError: An integer is out of its field's range.
     """
-    data: bytes = _EventPb(
+    data: bytes = event_message(e).SerializeToString()
+    return data
+
+
+def event_message(e: Event) -> Any:
+    """The ``ax.v1.Event`` message of an event (see :func:`encode_event` for the errors)."""
+    return _EventPb(
         task_id=e.task_id,
         event_id=e.event_id,
         seq=e.seq,
@@ -363,8 +375,7 @@ def encode_event(e: Event) -> bytes:
         fence=e.fence,
         actor=e.actor,
         detail=e.detail,
-    ).SerializeToString()
-    return data
+    )
 
 
 def decode_event(data: bytes) -> Event:
@@ -397,18 +408,24 @@ def encode_effect(r: EffectRecord) -> bytes:
         ValueError: The state is not an effect state, or a float in the result is not
             finite.
     """
+    data: bytes = effect_message(r).SerializeToString()
+    return data
+
+
+def effect_message(r: EffectRecord) -> Any:
+    """The ``ax.v1.EffectRecord`` message of an outbox record (see
+    :func:`encode_effect` for the errors)."""
     state = _EFFECT_STATE_TO_PB.get(r.state)
     if state is None:
         raise ValueError(f"effect {r.key}: unknown state {r.state!r}")
-    data: bytes = _EffectRecordPb(
+    return _EffectRecordPb(
         key=r.key,
         state=state,
         result_json=_json_or_empty(r.result),
         updated_at=r.updated_at,
         task_id=r.task_id,
         node_id=r.node_id,
-    ).SerializeToString()
-    return data
+    )
 
 
 def decode_effect(data: bytes) -> EffectRecord:
@@ -418,7 +435,16 @@ def decode_effect(data: bytes) -> EffectRecord:
         ValueError: ``data`` is not an ``EffectRecord``, has no known state, or its
             result is not a JSON object.
     """
-    m = _parse(_EffectRecordPb, data)
+    return effect_from_message(_parse(_EffectRecordPb, data))
+
+
+def effect_from_message(m: Any) -> EffectRecord:
+    """The outbox record an ``ax.v1.EffectRecord`` message holds (a worker reading the
+    API's answer).
+
+    Raises:
+        ValueError: No known state, or the result is not a JSON object.
+    """
     state = _EFFECT_STATE_FROM_PB.get(m.state)
     if state is None:
         raise ValueError(f"effect {m.key}: unknown state {m.state}")

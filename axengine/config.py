@@ -19,9 +19,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from axengine.keys import DEFAULT_PREFIX
+__all__ = ["DEFAULT_PREFIX", "AxConfig"]
 
-__all__ = ["AxConfig"]
+#: Default root of every key ax writes to the state store (``AX_PREFIX``).
+DEFAULT_PREFIX = "/ax"
 
 
 @dataclass(frozen=True)

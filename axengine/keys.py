@@ -1,14 +1,19 @@
-"""Every key layout ax uses in the state store and the work queue, in one place."""
+"""Every key layout of the state store, in one place.
+
+Only the engine (:mod:`axengine.engine`) reads and writes these keys; every other layer
+asks the engine. The work queue's key names live with the queue
+(:class:`axengine.queue.QueueKeys`).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from urllib.parse import quote
 
-__all__ = ["DEFAULT_PREFIX", "INDEX_VERSION", "QueueKeys", "StoreKeys", "inverted_time"]
+from axengine.config import DEFAULT_PREFIX
 
-#: Default root of every key ax writes to the state store.
-DEFAULT_PREFIX = "/ax"
+__all__ = ["DEFAULT_PREFIX", "INDEX_VERSION", "StoreKeys", "inverted_time"]
+
 #: Version of the secondary task indexes; a store whose ``index_version`` key holds
 #: another value (or none: written before indexes existed) is backfilled once.
 INDEX_VERSION = "1"
@@ -97,31 +102,3 @@ class StoreKeys:
     def index_entry(index: str, created_at: float, task_id: str) -> str:
         """The key of a task in a newest-first index (``by_created``, ``by_status``...)."""
         return f"{index}{inverted_time(created_at)}/{task_id}"
-
-
-@dataclass(frozen=True)
-class QueueKeys:
-    """Key layout of the work queue (Redis keys; names of in-process lanes)."""
-
-    prefix: str = "ax"
-
-    def lane(self, lane: str) -> str:
-        return f"{self.prefix}:lane:{lane}"
-
-    def processing(self, worker_id: str) -> str:
-        return f"{self.prefix}:processing:{worker_id}"
-
-    def delayed(self) -> str:
-        return f"{self.prefix}:delayed"
-
-    def wake(self) -> str:
-        """A list of wake-up tokens: one pushed per item made poppable, so a blocked
-        ``pop`` wakes at once whatever lane the item went to."""
-        return f"{self.prefix}:wake"
-
-    def workers(self) -> str:
-        return f"{self.prefix}:workers"
-
-    def lanes(self) -> str:
-        """Set of lane names ever enqueued to, so ``queued()`` can read every lane."""
-        return f"{self.prefix}:lanes"

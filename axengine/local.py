@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -21,13 +20,13 @@ from axengine.dag import Dag
 from axengine.engine import (
     EngineConfig,
     Event,
-    NodeState,
     Reconciler,
     TaskRecord,
     TaskStatus,
     TaskView,
 )
-from axengine.engine._shell import host_pid_owner
+from axengine.owners import host_pid_owner
+from axengine.wire import RunResult, path_of, result_of
 from axengine.wiring import Runtime, build_runtime
 from axengine.worker import Worker
 from executors.contract import Handler
@@ -36,54 +35,6 @@ __all__ = ["GateDecider", "LocalSession", "RunResult", "load_any_dag", "path_of"
 
 #: Asked for a decision at a waiting gate: ``(task, node_id) -> "approve"|"reject"|None``.
 GateDecider = Callable[[TaskView, str], Awaitable[str | None]]
-
-
-@dataclass(frozen=True)
-class RunResult:
-    """The result of a run.
-
-    Attributes:
-        task_id: Task id (resume with it).
-        status: Task status (``SUCCEEDED``, ``FAILED``, ``DEAD``, ``PAUSED``...).
-        outputs: Output of every node that succeeded.
-        path: Nodes that committed, in commit order — the path taken.
-        states: State of every node.
-        waiting: Gates waiting for a decision (when ``status == "PAUSED"``).
-        errors: Last error of nodes that have one.
-    """
-
-    task_id: str
-    status: str
-    outputs: Mapping[str, Any]
-    path: Sequence[str]
-    states: Mapping[str, str]
-    waiting: Sequence[str] = ()
-    errors: Mapping[str, str] = field(default_factory=dict)
-
-    @property
-    def ok(self) -> bool:
-        return self.status == TaskStatus.SUCCEEDED.value
-
-
-def path_of(events: Sequence[Event]) -> list[str]:
-    """The path taken: nodes in the order they committed (a gate by its decision)."""
-    return [e.node_id for e in events if e.kind in ("committed", "decided")]
-
-
-def result_of(view: TaskView, events: Sequence[Event]) -> RunResult:
-    """Build a :class:`RunResult` from a task view and its timeline."""
-    path = path_of(events)
-    snaps = view.snapshots
-    return RunResult(
-        task_id=view.task.task_id,
-        status=view.task.status.value,
-        outputs={n: s.output for n, s in snaps.items() if s.state is NodeState.SUCCEEDED},
-        path=path,
-        states={n: s.state.value for n, s in snaps.items()},
-        waiting=[n for n, s in snaps.items()
-                 if s.state is NodeState.PAUSED and view.dag.nodes[n].type == "human_gateway"],
-        errors={n: s.error for n, s in snaps.items() if s.error},
-    )
 
 
 def load_any_dag(dag: str | Path | Dag | Mapping[str, Any]) -> Dag:

@@ -3,7 +3,8 @@
 Where each metric comes from:
 
 - ``ax_snapshot_write_seconds``: :class:`TimedStore`, a thin wrapper around the state
-  store that times every ``txn`` the engine makes (installed by :meth:`AxMetrics.attach`).
+  store that times every ``txn`` the engine makes (:meth:`AxMetrics.wrap_store`, applied
+  where the store is built: :func:`axengine.wiring.build_runtime`).
 - ``ax_node_outcomes_total``, ``ax_lease_expiries_total``, ``ax_retries_exhausted_total``,
   ``ax_tasks_finished_total``: the engine's commit listener. Events carry their kind but
   not the node type, and listeners are synchronous, so the listener only records
@@ -11,8 +12,9 @@ Where each metric comes from:
   engine's DAG cache later (on every scrape and periodically by the server).
   ``stale`` and ``already-done`` answers write nothing, hence no event: the adapters
   that call ``complete`` report them with :meth:`AxMetrics.complete_answer`.
-- ``ax_queue_depth`` and ``ax_oldest_waiting_seconds``: read from the queue and the store
-  on every scrape (:meth:`AxMetrics.refresh`), so they are right across replicas.
+- ``ax_queue_depth`` and ``ax_oldest_waiting_seconds``: read from the queue and, through
+  the engine, the store on every scrape (:meth:`AxMetrics.refresh`), so they are right
+  across replicas.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from axengine import codec
+from axengine.errors import NotFound
 from axengine.records import Event, NodeState, TaskRecord
 from axengine.store import Compare, KeyValue, Op, StateStore, TxnResult, WatchEvent
 
@@ -134,10 +136,15 @@ class AxMetrics:
 
     # ------------------------------------------------------------------ feeding
 
+    def wrap_store(self, store: StateStore) -> StateStore:
+        """``store`` with every transaction timed into ``ax_snapshot_write_seconds``
+        (give the engine the wrapped store)."""
+        if isinstance(store, TimedStore):
+            return store
+        return TimedStore(store, self.write_seconds)
+
     def attach(self, engine: Any) -> None:
-        """Time ``engine.store`` transactions and listen to its commits."""
-        if not isinstance(engine.store, TimedStore):
-            engine.store = TimedStore(engine.store, self.write_seconds)
+        """Listen to the engine's commits (its store is timed by :meth:`wrap_store`)."""
         engine.add_listener(self.on_commit)
 
     def _push(self, item: _Pending) -> None:
@@ -185,10 +192,10 @@ class AxMetrics:
     async def _node_types(self, engine: Any, item: _Pending) -> dict[str, str]:
         dag_hash = item.dag_hash
         if not dag_hash:
-            kv = await engine.store.get(engine.keys.task(item.task_id))
-            if kv is None:
+            try:
+                dag_hash = (await engine.task_record(item.task_id)).dag_hash
+            except NotFound:
                 return {}
-            dag_hash = codec.decode_task(kv.value).dag_hash
         dag = await engine.get_dag(dag_hash)
         self.lanes.update(node.lane for node in dag.nodes.values())
         return {nid: node.type for nid, node in dag.nodes.items()}
@@ -216,15 +223,13 @@ class AxMetrics:
         now = engine.clock()
         oldest = 0.0
         scanned = 0
-        for kv in await engine.store.range(engine.keys.tasks()):
-            task = codec.decode_task(kv.value)
-            if task.status.final or not task.counts.get("ACTIVE"):
+        for task in await engine.unfinished_tasks():
+            if not task.counts.get("ACTIVE"):
                 continue
             scanned += 1
             if scanned > OLDEST_WAITING_SCAN:
                 break
-            for skv in await engine.store.range(engine.keys.snapshots(task.task_id)):
-                snap = codec.decode_snapshot(skv.value)
+            for snap in await engine.snapshots(task.task_id):
                 if snap.state is NodeState.WAITING and snap.not_before <= now and snap.ready_at:
                     # Due since it became ready, or since its backoff ended.
                     oldest = max(oldest, now - max(snap.ready_at, snap.not_before))

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from axengine.blobs import BlobStore, DirBlobStore
 from axengine.config import AxConfig
 from axengine.credentials import redact_url
 from axengine.engine import Engine, EngineConfig
 from axengine.errors import InputError
-from axengine.keys import StoreKeys
 from axengine.queue import WorkQueue
 from axengine.store import StateStore
+
+if TYPE_CHECKING:
+    from axengine.metrics import AxMetrics
 
 __all__ = ["Runtime", "build_runtime", "open_queue", "open_store"]
 
@@ -44,12 +46,11 @@ def open_queue(url: str) -> WorkQueue:
 
 @dataclass
 class Runtime:
-    """A wired engine with the backends it owns."""
+    """A wired engine with the backends it owns (the engine owns the blob directory)."""
 
     config: AxConfig
     store: StateStore
     queue: WorkQueue
-    blobs: BlobStore
     engine: Engine
 
     async def close(self) -> None:
@@ -57,11 +58,20 @@ class Runtime:
         await self.store.close()
 
 
-def build_runtime(config: AxConfig, *, engine_config: EngineConfig | None = None) -> Runtime:
-    """Build store, queue, blob store and engine from ``config``."""
+def build_runtime(config: AxConfig, *, engine_config: EngineConfig | None = None,
+                  metrics: AxMetrics | None = None) -> Runtime:
+    """Build store, queue and engine from ``config``.
+
+    Args:
+        config: Where the store, queue and blobs live, and the key prefix.
+        engine_config: Engine tunables.
+        metrics: When given, every store transaction is timed into its
+            ``ax_snapshot_write_seconds`` (:meth:`AxMetrics.wrap_store`).
+    """
     store = open_store(config.resolved_store_url)
+    if metrics is not None:
+        store = metrics.wrap_store(store)
     queue = open_queue(config.queue_url)
-    blobs = DirBlobStore(config.resolved_blob_dir)
-    engine = Engine(store=store, queue=queue, blobs=blobs, keys=StoreKeys(config.prefix),
-                    config=engine_config)
-    return Runtime(config=config, store=store, queue=queue, blobs=blobs, engine=engine)
+    engine = Engine(store=store, queue=queue, blob_dir=config.resolved_blob_dir,
+                    prefix=config.prefix, config=engine_config)
+    return Runtime(config=config, store=store, queue=queue, engine=engine)

@@ -24,11 +24,8 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from axengine.blobs import DirBlobStore
 from axengine.dag import load_dag_mapping
-from axengine.engine import Engine, Event, Reconciler, TaskRecord
-from axengine.engine._shell import host_pid_owner
-from axengine.keys import StoreKeys
+from axengine.engine import Engine, Event, Reconciler, TaskRecord, host_pid_owner
 from axengine.queue import WorkItem, WorkQueue
 from axengine.store import Compare, Delete, KeyValue, Op, Put, StateStore, TxnResult, WatchEvent
 from axengine.wiring import open_queue, open_store
@@ -205,8 +202,7 @@ async def _run(spec: dict[str, Any]) -> dict[str, Any]:
     queue_url = spec.get("queue_url") or "memory://"
     store = CountingStore(open_store(store_url))
     queue = CountingQueue(open_queue(queue_url))
-    engine = Engine(store=store, queue=queue, blobs=DirBlobStore(home / "blobs"),
-                    keys=StoreKeys(prefix))
+    engine = Engine(store=store, queue=queue, blob_dir=home / "blobs", prefix=prefix)
     owner = host_pid_owner("bench")
     worker = Worker(engine=engine, queue=queue, handler=shapes.echo_handler, worker_id=owner,
                     concurrency=spec.get("worker_concurrency", 8), lease_seconds=30.0,

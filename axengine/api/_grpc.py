@@ -7,8 +7,8 @@ of its operation (:data:`axengine.api._auth.RULES`), calls the engine (through
 :mod:`axengine.api._errors`; control-flow answers (stale, already-done, not claimable,
 an idempotent repeat) are fields of the reply, never status codes.
 
-Records are converted to messages through :mod:`axengine.codec` (encode, then parse as
-the message), so the field mapping exists once.
+Records are converted to messages by :mod:`axengine.codec` (its ``*_message``
+functions), so the field mapping exists once.
 """
 
 from __future__ import annotations
@@ -25,8 +25,7 @@ from axengine.api import _ops as ops
 from axengine.api._auth import ANONYMOUS, Authenticator, Principal
 from axengine.api._errors import public_message, status_of
 from axengine.api._quotas import UNLIMITED, Quotas
-from axengine.blobs import check_digest
-from axengine.engine import Engine, Snapshot, TaskRecord
+from axengine.engine import Engine, Snapshot, TaskRecord, check_digest, holds
 from axengine.errors import BlobError, InputError, NotFound
 from axengine.metrics import AxMetrics
 from axengine.records import BlobRef, Event, NodeState
@@ -51,15 +50,15 @@ Handler = Callable[[Any, Any, Any, Principal], Awaitable[Any]]
 
 
 def task_pb(task: TaskRecord) -> Any:
-    return pb.Task.FromString(codec.encode_task(task))
+    return codec.task_message(task)
 
 
 def snapshot_pb(snap: Snapshot) -> Any:
-    return pb.TaskSnapshot.FromString(codec.encode_snapshot(snap))
+    return codec.snapshot_message(snap)
 
 
 def event_pb(event: Event) -> Any:
-    return pb.Event.FromString(codec.encode_event(event))
+    return codec.event_message(event)
 
 
 def _metadata(context: Any, name: str) -> str | None:
@@ -228,23 +227,6 @@ class AxServicer(_Base):
 class ExecutorServicer(_Base):
     """``ax.v1.ExecutorService``: the worker operations, fenced."""
 
-    async def _snapshot(self, task_id: str, node_id: str) -> Snapshot | None:
-        kv = await self.engine.store.get(self.engine.keys.snapshot(task_id, node_id))
-        return None if kv is None else codec.decode_snapshot(kv.value)
-
-    def _live(self, snap: Snapshot, fence: int) -> bool:
-        """RUNNING under ``fence`` with a lease that has not expired."""
-        return (snap.state is NodeState.RUNNING and snap.fence == fence
-                and self.engine.clock() <= snap.lease_until)
-
-    async def _holds(self, task_id: str, node_id: str, fence: int) -> bool:
-        """Whether ``fence`` is the node's current fence under a live lease (0: not
-        checked). A read, not a transition: the effect outbox has its own atomicity."""
-        if not fence:
-            return True
-        snap = await self._snapshot(task_id, node_id)
-        return snap is not None and self._live(snap, fence)
-
     @rpc("executor")
     async def Claim(self, request: Any, context: Any, who: Principal) -> Any:
         if not request.worker_id:
@@ -299,12 +281,12 @@ class ExecutorServicer(_Base):
             NotFound: The task or the node does not exist.
         """
         await ops.require_task(self.engine, task_id)
-        snap = await self._snapshot(task_id, node_id)
+        snap = await self.engine.snapshot(task_id, node_id)
         if snap is None:
             raise NotFound(f"task {task_id!r} has no node {node_id!r}")
         if not fence or snap.fence != fence:
             return False
-        return snap.state is NodeState.SUCCEEDED or self._live(snap, fence)
+        return snap.state is NodeState.SUCCEEDED or holds(snap, fence, self.engine.clock())
 
     async def _output_of_ref(self, ref: Any) -> Any:
         """The output an executor left in the blob directory (``uri`` is ignored: the
@@ -354,14 +336,24 @@ class ExecutorServicer(_Base):
         snap, _ = await ops.node_snapshot(self.engine, request.task_id, request.node_id)
         return pb.CompleteReply(result=_COMPLETE[answer], snapshot=snapshot_pb(snap))
 
+    @staticmethod
+    def _require_fence(request: Any) -> None:
+        # The outbox is fenced in every mode: a request without a fence (an executor
+        # older than the check) is refused rather than let through unchecked.
+        if request.fence <= 0:
+            raise InputError("fence is required: send the fence of the claim that runs "
+                             f"{request.task_id}/{request.node_id}")
+
     @rpc("executor")
     async def EffectBegin(self, request: Any, context: Any, who: Principal) -> Any:
         if not request.key:
             raise InputError("key is required")
-        if not await self._holds(request.task_id, request.node_id, request.fence):
-            return pb.EffectBeginReply(lease=pb.LEASE_RESULT_STALE)
+        self._require_fence(request)
         previous = await self.engine.effect_begin(request.key, task_id=request.task_id,
-                                                  node_id=request.node_id)
+                                                  node_id=request.node_id,
+                                                  fence=request.fence)
+        if previous == "stale":
+            return pb.EffectBeginReply(lease=pb.LEASE_RESULT_STALE)
         result_json = ""
         if previous == "DONE":
             record = await self.engine.effect_get(request.key)
@@ -372,12 +364,14 @@ class ExecutorServicer(_Base):
 
     @rpc("executor")
     async def EffectDone(self, request: Any, context: Any, who: Principal) -> Any:
-        if not await self._holds(request.task_id, request.node_id, request.fence):
-            return pb.EffectDoneReply(lease=pb.LEASE_RESULT_STALE)
+        self._require_fence(request)
         result = ops.parse_json_text(request.result_json, "result_json", empty={})
         if not isinstance(result, dict):
             raise InputError("result_json must be a JSON object")
-        await self.engine.effect_done(request.key, result)
+        answer = await self.engine.effect_done(request.key, result, task_id=request.task_id,
+                                               node_id=request.node_id, fence=request.fence)
+        if answer == "stale":
+            return pb.EffectDoneReply(lease=pb.LEASE_RESULT_STALE)
         return pb.EffectDoneReply(lease=pb.LEASE_RESULT_OK,
                                   record=await self._effect(request.key))
 
@@ -389,7 +383,7 @@ class ExecutorServicer(_Base):
         record = await self.engine.effect_get(key)
         if record is None:
             return pb.EffectRecord(key=key, state=pb.EFFECT_STATE_NEW)
-        return pb.EffectRecord.FromString(codec.encode_effect(record))
+        return codec.effect_message(record)
 
 
 def add_services(server: Any, *, engine: Engine, auth: Authenticator | None,

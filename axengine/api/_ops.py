@@ -33,6 +33,7 @@ from axengine.engine import (
     fit_problem,
 )
 from axengine.errors import Conflict, DagError, DagProblem, InputError, NotFound
+from axengine.wire import dag_json, event_json, node_json, task_json
 
 __all__ = [
     "DEFAULT_PAGE",
@@ -129,7 +130,7 @@ async def validate_dag(engine: Engine, *, mapping: Mapping[str, Any] | None = No
             dag = await off_loop(load_dag_text, yaml_text or "", file=file)
     except DagError as exc:
         return None, list(exc.problems)
-    too_large = fit_problem(dag, engine.store.max_txn_ops, file=file)
+    too_large = fit_problem(dag, engine.max_txn_ops, file=file)
     if too_large is not None:
         return None, [too_large]
     return dag, []
@@ -151,10 +152,7 @@ def parse_json_text(text: str, what: str, *, empty: Any = None) -> Any:
 
 async def require_task(engine: Engine, task_id: str) -> TaskRecord:
     """The task record, or :class:`NotFound`."""
-    kv = await engine.store.get(engine.keys.task(task_id))
-    if kv is None:
-        raise NotFound(f"task {task_id!r} does not exist")
-    return codec.decode_task(kv.value)
+    return await engine.task_record(task_id)
 
 
 async def submit_task(engine: Engine, dag: Dag, task_input: Any, *, idempotency_key: str,
@@ -179,9 +177,9 @@ async def submit_task(engine: Engine, dag: Dag, task_input: Any, *, idempotency_
     check_submit(dag, principal, quotas, priority=priority, deadline_seconds=deadline_seconds)
     repeat = False
     if idempotency_key:
-        kv = await engine.store.get(engine.keys.idempotency(principal.name, idempotency_key))
-        if kv is not None:
-            existing = await require_task(engine, kv.value.decode())
+        known = await engine.task_for_idempotency_key(principal.name, idempotency_key)
+        if known is not None:
+            existing = await require_task(engine, known)
             if existing.dag_hash != dag.hash:
                 raise Conflict(f"idempotency key {idempotency_key!r} was used for task "
                                f"{existing.task_id} with another DAG ({existing.dag_name})")
@@ -322,8 +320,7 @@ async def follow_events(engine: Engine, task_id: str, *, after_seq: int = 0,
     Raises:
         NotFound: The task does not exist (before anything is yielded).
     """
-    store = engine.store
-    start = await store.revision()
+    start = await engine.revision()
     await require_task(engine, task_id)
     # Events of one transaction share their seq (the commit revision): the cursor is
     # the seq plus the ids already sent at that seq.
@@ -342,12 +339,8 @@ async def follow_events(engine: Engine, task_id: str, *, after_seq: int = 0,
 
     async def pump() -> None:
         try:
-            async for change in store.watch(engine.keys.events(task_id),
-                                            start_revision=start + 1):
-                if change.kind == "put":
-                    event = replace(codec.decode_event(change.kv.value),
-                                    seq=change.kv.create_revision)
-                    inbox.put_nowait(event)
+            async for event in engine.watch_events(task_id, start_revision=start + 1):
+                inbox.put_nowait(event)
         except Exception as exc:  # handed to the consumer, which raises it
             inbox.put_nowait(exc)
 
@@ -395,46 +388,6 @@ async def follow_events(engine: Engine, task_id: str, *, after_seq: int = 0,
 # ---------------------------------------------------------------------------- views
 
 
-def event_json(event: Event) -> dict[str, Any]:
-    return {
-        "task_id": event.task_id, "event_id": event.event_id, "seq": event.seq,
-        "kind": event.kind, "at": event.at, "node_id": event.node_id,
-        "state": event.state, "attempt": event.attempt, "fence": event.fence,
-        "actor": event.actor, "detail": event.detail,
-    }
-
-
-def task_json(task: TaskRecord) -> dict[str, Any]:
-    """A task without its nodes."""
-    return {
-        "task_id": task.task_id, "dag_name": task.dag_name, "dag_hash": task.dag_hash,
-        "status": task.status.value, "input": task.input, "priority": task.priority,
-        "deadline": task.deadline, "labels": dict(task.labels),
-        "idempotency_key": task.idempotency_key, "counts": dict(task.counts),
-        "created_at": task.created_at, "updated_at": task.updated_at,
-        "finished_at": task.finished_at, "submitted_by": task.submitted_by,
-    }
-
-
-def node_json(snap: Snapshot, node_type: str) -> dict[str, Any]:
-    """A node snapshot (input and output already resolved from blobs by the caller)."""
-    return {
-        "node_id": snap.node_id, "type": node_type, "state": snap.state.value,
-        "attempt": snap.attempt, "fence": snap.fence, "owner": snap.owner,
-        "lease_until": snap.lease_until, "heartbeat_at": snap.heartbeat_at,
-        "progress_at": snap.progress_at, "progress_marker": snap.progress_marker,
-        "input": snap.input, "output": snap.output,
-        "next_hops": [{"target": h.target_node_id, "taken": h.is_taken}
-                      for h in snap.next_hops],
-        "error": snap.error, "error_retryable": snap.error_retryable,
-        "evidence": snap.evidence,
-        "decision": dict(snap.decision) if snap.decision is not None else None,
-        "ready_at": snap.ready_at, "not_before": snap.not_before,
-        "started_at": snap.started_at, "finished_at": snap.finished_at,
-        "gate_until": snap.gate_until, "paused_seconds": snap.paused_seconds,
-    }
-
-
 async def resolve_input(engine: Engine, snap: Snapshot) -> Snapshot:
     """The snapshot with a blob-held rendered input read back (off the event loop)."""
     if snap.input_ref is not None and snap.input is None:
@@ -451,10 +404,9 @@ async def node_snapshot(engine: Engine, task_id: str, node_id: str) -> tuple[Sna
     task = await require_task(engine, task_id)
     dag = await engine.get_dag(task.dag_hash)
     node = dag.nodes.get(node_id)
-    kv = await engine.store.get(engine.keys.snapshot(task_id, node_id))
-    if node is None or kv is None:
+    snap = await engine.snapshot(task_id, node_id) if node is not None else None
+    if node is None or snap is None:
         raise NotFound(f"task {task_id!r} has no node {node_id!r}")
-    snap = codec.decode_snapshot(kv.value)
     if snap.output_ref is not None and snap.output is None:
         snap = replace(snap, output=await engine.blob_json(snap.output_ref))
     return await resolve_input(engine, snap), node.type
@@ -469,7 +421,3 @@ async def task_view_json(engine: Engine, task_id: str) -> dict[str, Any]:
         for nid, snap in view.snapshots.items()
     }
     return body
-
-
-def dag_json(dag: Dag) -> dict[str, Any]:
-    return {"hash": dag.hash, "name": dag.name, "dag": dag.canonical()}

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
-import json
 import logging
 import signal
 import socket
@@ -38,10 +37,9 @@ from axengine.api._rest import DEFAULT_MAX_BODY_BYTES, create_app
 from axengine.config import AxConfig
 from axengine.credentials import redact_url
 from axengine.engine import Engine, EngineConfig, Reconciler
-from axengine.engine._shell import host_pid_owner
 from axengine.errors import InputError
 from axengine.metrics import AxMetrics
-from axengine.store import Delete, Mod
+from axengine.owners import host_pid_owner
 from axengine.wiring import Runtime, build_runtime
 from axengine.worker import Worker
 
@@ -192,11 +190,15 @@ class _MeteredClient:
         self.metrics.complete_answer(task_id, node_id, answer)
         return answer
 
-    async def effect_begin(self, key: str, *, task_id: str, node_id: str) -> str:
-        return await self.engine.effect_begin(key, task_id=task_id, node_id=node_id)
+    async def effect_begin(self, key: str, *, task_id: str, node_id: str,
+                           fence: int) -> str:
+        return await self.engine.effect_begin(key, task_id=task_id, node_id=node_id,
+                                              fence=fence)
 
-    async def effect_done(self, key: str, result: Mapping[str, Any]) -> None:
-        await self.engine.effect_done(key, result)
+    async def effect_done(self, key: str, result: Mapping[str, Any], *, task_id: str,
+                          node_id: str, fence: int) -> str:
+        return await self.engine.effect_done(key, result, task_id=task_id, node_id=node_id,
+                                             fence=fence)
 
     async def effect_get(self, key: str) -> Any:
         return await self.engine.effect_get(key)
@@ -232,7 +234,8 @@ class ApiServer:
     async def start(self) -> Listening:
         """Build the engine, run a first reconcile pass, start every component."""
         opts = self.options
-        self._runtime = build_runtime(opts.config, engine_config=opts.engine_config)
+        self._runtime = build_runtime(opts.config, engine_config=opts.engine_config,
+                                      metrics=self.metrics)
         engine = self._runtime.engine
         self.metrics.attach(engine)
         self.reconciler = Reconciler(engine, owner=self.owner,
@@ -337,11 +340,8 @@ class ApiServer:
 
     async def _release_leadership(self) -> None:
         """Hand the reconciler leadership back so another replica takes over at once."""
-        store = self.engine.store
-        key = self.engine.keys.leader("reconciler")
-        kv = await store.get(key)
-        if kv is not None and json.loads(kv.value).get("owner") == self.owner:
-            await store.txn([Mod(key) == kv.mod_revision], [Delete(key)])
+        if self.reconciler is not None:
+            await self.reconciler.resign()
 
     async def _shutdown_listeners(self) -> None:
         waits = []

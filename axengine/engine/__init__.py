@@ -1,12 +1,26 @@
-"""The engine: pure transition rules, the shell that commits them, the reconciler."""
+"""The engine: pure transition rules, the shell that commits them, the reconciler.
+
+The engine is the only owner of the state store's keys, of the records' encoding and of
+the blob store; every other layer asks an :class:`Engine` (``tests/engine/
+test_engine_closed.py`` checks the imports).
+"""
 
 from __future__ import annotations
 
+from axengine.blobs import check_digest
 from axengine.engine._budget import TXN_FIXED_OPS, fit_problem, txn_ops_bound
 from axengine.engine._index import index_writes
-from axengine.engine._reconciler import Reconciler, ReconcileReport, owner_is_dead
-from axengine.engine._rules import Plan, RuleConfig
-from axengine.engine._shell import ClaimResult, Engine, EngineConfig, SubmitResult, TaskView
+from axengine.engine._reads import TaskView
+from axengine.engine._reconciler import Reconciler, ReconcileReport
+from axengine.engine._rules import Plan, RuleConfig, holds
+from axengine.engine._shell import (
+    LOCAL_PRINCIPAL,
+    ClaimResult,
+    Engine,
+    EngineConfig,
+    SubmitResult,
+)
+from axengine.owners import host_pid_owner, owner_is_dead
 from axengine.records import (
     ACTIVE_STATES,
     FINAL_STATES,
@@ -22,6 +36,7 @@ from axengine.records import (
 __all__ = [
     "ACTIVE_STATES",
     "FINAL_STATES",
+    "LOCAL_PRINCIPAL",
     "TXN_FIXED_OPS",
     "BlobRef",
     "ClaimResult",
@@ -39,7 +54,10 @@ __all__ = [
     "TaskRecord",
     "TaskStatus",
     "TaskView",
+    "check_digest",
     "fit_problem",
+    "holds",
+    "host_pid_owner",
     "index_writes",
     "owner_is_dead",
     "txn_ops_bound",

@@ -13,17 +13,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 from dataclasses import dataclass, field
 
-from axengine import codec
 from axengine.engine._shell import Engine
 from axengine.errors import AxError
+from axengine.owners import owner_is_dead
 from axengine.queue import WorkItem
 from axengine.records import NodeState
-from axengine.store import Delete, Mod, Put
+from axengine.store import Delete, KeyValue, Mod, Put
 
-__all__ = ["ReconcileReport", "Reconciler", "owner_is_dead"]
+__all__ = ["ReconcileReport", "Reconciler"]
 
 
 @dataclass
@@ -33,27 +32,6 @@ class ReconcileReport:
     tasks: int = 0
     requeued: list[tuple[str, str]] = field(default_factory=list)
     expired: list[tuple[str, str, str]] = field(default_factory=list)
-
-
-def owner_is_dead(owner: str) -> bool:
-    """True when ``owner`` (``prefix:host:pid:rand``) names a process on this host that
-    no longer exists — its lease need not be waited out."""
-    parts = owner.split(":")
-    if len(parts) != 4 or parts[1] != os.uname().nodename:
-        return False
-    try:
-        pid = int(parts[2])
-    except ValueError:
-        return False
-    if pid == os.getpid():
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
 
 
 class Reconciler:
@@ -71,11 +49,21 @@ class Reconciler:
         self._waiting_since: dict[tuple[str, str], float] = {}
         self._indexed = False
 
+    async def _record(self) -> KeyValue | None:
+        # The leader record is engine state like any other, and this module is the
+        # engine's: it reads the engine's store under the engine's key layout.
+        return await self.engine._store.get(self.engine._keys.leader("reconciler"))
+
+    async def leader(self) -> str | None:
+        """The owner named by the leadership record (perhaps expired), or None."""
+        kv = await self._record()
+        return None if kv is None else str(json.loads(kv.value)["owner"])
+
     async def elect(self) -> bool:
         """Take or renew leadership; True while this reconciler is the leader."""
-        store, key = self.engine.store, self.engine.keys.leader("reconciler")
+        store, key = self.engine._store, self.engine._keys.leader("reconciler")
         now = self.engine.clock()
-        kv = await store.get(key)
+        kv = await self._record()
         if kv is not None:
             record = json.loads(kv.value)
             held = record["owner"] != self.owner and record["until"] > now
@@ -104,8 +92,7 @@ class Reconciler:
         for task in await engine.unfinished_tasks():
             report.tasks += 1
             dag = await engine.get_dag(task.dag_hash)
-            for skv in await engine.store.range(engine.keys.snapshots(task.task_id)):
-                snap = codec.decode_snapshot(skv.value)
+            for snap in await engine.snapshots(task.task_id):
                 node = dag.nodes[snap.node_id]
                 ident = (task.task_id, snap.node_id)
                 past_deadline = bool(task.deadline) and now >= task.deadline
@@ -145,10 +132,9 @@ class Reconciler:
         embedded session in this process, another API replica) need not wait out the
         TTL. The delete compares the record's revision: a record taken over meanwhile is
         left alone."""
-        store, key = self.engine.store, self.engine.keys.leader("reconciler")
-        kv = await store.get(key)
+        kv = await self._record()
         if kv is not None and json.loads(kv.value)["owner"] == self.owner:
-            await store.txn([Mod(key) == kv.mod_revision], [Delete(key)])
+            await self.engine._store.txn([Mod(kv.key) == kv.mod_revision], [Delete(kv.key)])
 
     async def run(self, stop: asyncio.Event) -> None:
         """Reconcile every ``interval`` seconds while leader, until ``stop`` is set; then

@@ -45,6 +45,7 @@ __all__ = [
     "category",
     "derive_status",
     "four_eyes_violation",
+    "holds",
     "plan_cancel",
     "plan_claim",
     "plan_complete",
@@ -514,7 +515,8 @@ def _lease_until(task: TaskRecord, now: float, lease: float) -> float:
     return min(now + lease, task.deadline) if task.deadline else now + lease
 
 
-def _holds(snap: Snapshot, fence: int, now: float) -> bool:
+def holds(snap: Snapshot, fence: int, now: float) -> bool:
+    """Whether ``fence`` is the node's current fence, RUNNING under a live lease."""
     return snap.state is NodeState.RUNNING and snap.fence == fence and now <= snap.lease_until
 
 
@@ -522,7 +524,7 @@ def plan_heartbeat(view: View, node_id: str, *, fence: int, lease: float, now: f
                    ids: EventIds) -> Plan:
     """Renew the lease only (never counts as progress)."""
     snap = view.snap(node_id)
-    if not _holds(snap, fence, now):
+    if not holds(snap, fence, now):
         return Plan("stale")
     b = _builder(view, now, ids, snap.owner)
     until = _lease_until(view.task, now, lease)
@@ -535,7 +537,7 @@ def plan_progress(view: View, node_id: str, *, fence: int, marker: str, lease: f
                   now: float, ids: EventIds) -> Plan:
     """Record a business checkpoint (and renew the lease)."""
     snap = view.snap(node_id)
-    if not _holds(snap, fence, now):
+    if not holds(snap, fence, now):
         return Plan("stale")
     b = _builder(view, now, ids, snap.owner)
     until = _lease_until(view.task, now, lease)
@@ -556,7 +558,7 @@ def plan_complete(view: View, node_id: str, *, fence: int, outcome: Outcome, now
     if snap.state is NodeState.SUCCEEDED and isinstance(outcome, Success):
         same = snap.fence == fence and snap.output_sha256 == sha256_json(outcome.output)
         return Plan("already-done" if same else "stale")
-    if not _holds(snap, fence, now):
+    if not holds(snap, fence, now):
         return Plan("stale")
     b = _builder(view, now, ids, snap.owner)
     if isinstance(outcome, Success):

@@ -7,50 +7,44 @@ record when node categories change), and only after the commit enqueues the node
 plan made ready. A lost compare means someone else moved first: reload and re-decide.
 A crash between the commit and the enqueue loses nothing: the reconciler re-enqueues
 WAITING nodes that are missing from the queue.
+
+The side-effect outbox follows the same rule with a smaller write set: the pure rules of
+:mod:`~axengine.engine._effects` decide on the node's snapshot and the record, and the
+record is written in one transaction that compares both, so the fence that was checked
+is the fence under which the record changes. Reads (views, pages, timelines) live in
+:mod:`~axengine.engine._reads`; this module only decides and commits.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import os
 import random
 import secrets
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from axengine import codec, faults
-from axengine.blobs import DEFAULT_THRESHOLD, BlobStore
+from axengine.blobs import DEFAULT_THRESHOLD, DirBlobStore
+from axengine.config import DEFAULT_PREFIX
 from axengine.dag import Dag
+from axengine.engine import _effects as effects
 from axengine.engine import _rules as rules
 from axengine.engine._budget import require_fit
-from axengine.engine._index import (
-    choose_index,
-    decode_cursor,
-    encode_cursor,
-    index_keys,
-    index_writes,
-)
+from axengine.engine._index import index_writes
+from axengine.engine._reads import EngineReads, TaskView, _event_id
+from axengine.engine._restore import restored
 from axengine.engine._view import Need, View
 from axengine.errors import Conflict, NotFound, StoreError
-from axengine.keys import INDEX_VERSION, StoreKeys
-from axengine.limits import check_json_value, parse_json_text
+from axengine.keys import StoreKeys
+from axengine.limits import check_json_value
 from axengine.queue import WorkItem, WorkQueue
-from axengine.records import BlobRef, Event, Snapshot, TaskRecord, TaskStatus
-from axengine.store import (
-    Compare,
-    Get,
-    KeyValue,
-    Mod,
-    Op,
-    Put,
-    StateStore,
-    TxnResult,
-    Version,
-)
+from axengine.records import Event, Snapshot, TaskRecord, TaskStatus
+from axengine.store import Compare, Get, Mod, Op, Put, StateStore, TxnResult, Version
 from executors.contract import NodeRequest, Outcome
 
 __all__ = ["LOCAL_PRINCIPAL", "ClaimResult", "Engine", "EngineConfig", "SubmitResult",
@@ -62,15 +56,11 @@ LOCAL_PRINCIPAL = "local"
 
 #: How many times a transition is re-decided after losing a compare before giving up.
 MAX_CAS_RETRIES = 64
-#: Index keys one page of a task listing may read (filters no index serves stop here
-#: and return a short page with a token).
-LIST_SCAN_BUDGET = 5000
-#: Seconds within which a transition commits after it was decided (clock skew between
-#: API replicas included): event paging of an unfinished task re-reads this much of the
-#: timeline for events that committed after a later-stamped one.
-LATE_EVENT_WINDOW = 30.0
 
 Listener = Callable[[TaskRecord, Sequence[Event]], None]
+#: An outbox rule bound to its arguments: (record, holder snapshot, now) → answer, write.
+_OutboxRule = Callable[[codec.EffectRecord | None, Snapshot | None, float],
+                       tuple[str, codec.EffectRecord | None]]
 
 
 @dataclass(frozen=True)
@@ -124,41 +114,38 @@ class ClaimResult:
     submitted_by: str = ""
 
 
-@dataclass(frozen=True)
-class TaskView:
-    """A task with its DAG and every node snapshot (outputs resolved from blobs)."""
-
-    task: TaskRecord
-    dag: Dag
-    snapshots: Mapping[str, Snapshot]
-    revision: int
-
-
-def _event_id(now: float, n: int = 0) -> str:
-    # Time-ordered, then in the order a transition appended its events (they share one
-    # store revision); the random tail keeps concurrent writers apart.
-    return f"{int(now * 1_000_000):017d}-{n:04d}-{secrets.token_hex(4)}"
-
-
-class Engine:
+class Engine(EngineReads):
     """Applies the transition rules to a :class:`StateStore` and feeds a
     :class:`WorkQueue`. Stateless apart from caches of immutable DAGs: any number of
-    engines may share one store."""
+    engines may share one store.
+
+    The engine is the only owner of the store's keys, of the records' encoding and of
+    the blob store: other layers call its methods (the reads are in
+    :class:`~axengine.engine._reads.EngineReads`).
+
+    Args:
+        store: The state store.
+        queue: Where ready nodes are enqueued.
+        blob_dir: Directory of the content-addressed blob store (large payloads).
+        prefix: Root of every key the engine writes (``AX_PREFIX``).
+        config: Tunables.
+        clock: UNIX seconds (tests inject a fake one).
+    """
 
     def __init__(
         self,
         *,
         store: StateStore,
         queue: WorkQueue,
-        blobs: BlobStore,
-        keys: StoreKeys | None = None,
+        blob_dir: str | os.PathLike[str],
+        prefix: str = DEFAULT_PREFIX,
         config: EngineConfig | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.store = store
+        self._store = store
+        self._keys = StoreKeys(prefix)
+        self._blobs = DirBlobStore(Path(blob_dir))
         self.queue = queue
-        self.blobs = blobs
-        self.keys = keys or StoreKeys()
         self.config = config or EngineConfig()
         self.clock = clock
         self._dags: dict[str, Dag] = {}
@@ -174,31 +161,15 @@ class Engine:
     async def put_dag(self, dag: Dag) -> str:
         """Store a validated DAG under its content hash (idempotent)."""
         if dag.hash not in self._dags:
-            key = self.keys.dag(dag.hash)
-            await self.store.txn([Version(key) == 0], [Put(key, dag.storage_json())], [])
+            key = self._keys.dag(dag.hash)
+            await self._store.txn([Version(key) == 0], [Put(key, dag.storage_json())], [])
             self._dags[dag.hash] = dag
         return dag.hash
 
-    async def get_dag(self, dag_hash: str) -> Dag:
-        dag = self._dags.get(dag_hash)
-        if dag is None:
-            kv = await self.store.get(self.keys.dag(dag_hash))
-            if kv is None:
-                raise NotFound(f"DAG {dag_hash} is not stored")
-            dag = Dag.from_canonical(json.loads(kv.value))
-            self._dags[dag_hash] = dag
-        return dag
-
-    async def _load_task(self, task_id: str) -> tuple[TaskRecord, int]:
-        kv = await self.store.get(self.keys.task(task_id))
-        if kv is None:
-            raise NotFound(f"task {task_id!r} does not exist")
-        return codec.decode_task(kv.value), kv.mod_revision
-
     async def _fill(self, view: View, need: Need) -> None:
         if need.nodes:
-            keys = {self.keys.snapshot(view.task.task_id, n): n for n in sorted(need.nodes)}
-            found = await self.store.get_many(list(keys))
+            keys = {self._keys.snapshot(view.task.task_id, n): n for n in sorted(need.nodes)}
+            found = await self._store.get_many(list(keys))
             for key, nid in keys.items():
                 kv = found.get(key)
                 if kv is None:
@@ -256,12 +227,12 @@ class Engine:
         if snap.output is not None and snap.output_ref is None:
             data = rules.canonical_json(snap.output)
             if len(data) > threshold:
-                ref = await asyncio.to_thread(self.blobs.put, data)  # file I/O: off the loop
+                ref = await asyncio.to_thread(self._blobs.put, data)  # file I/O: off the loop
                 snap = replace(snap, output=None, output_ref=ref)
         if snap.input is not None and snap.input_ref is None:
             data = rules.canonical_json(snap.input)
             if len(data) > threshold:
-                ref = await asyncio.to_thread(self.blobs.put, data)
+                ref = await asyncio.to_thread(self._blobs.put, data)
                 snap = replace(snap, input=None, input_ref=ref)
         return snap
 
@@ -300,26 +271,26 @@ class Engine:
         ops: list[Op] = list(extra_ops)
         task = self._task_writes(view, plan, now)
         if task is not None:
-            compares.append(Mod(self.keys.task(task_id)) == view.task_rev)
+            compares.append(Mod(self._keys.task(task_id)) == view.task_rev)
             if task.status != view.task.status:
                 plan.events.append(Event(
                     task_id=task_id, event_id=_event_id(now, 9999),
                     kind="task_" + task.status.lower(),
                     at=now, state=task.status.value, actor="engine",
                 ))
-            ops.append(Put(self.keys.task(task_id), codec.encode_task(task)))
+            ops.append(Put(self._keys.task(task_id), codec.encode_task(task)))
             # The indexes move in the same transaction as the record (revision 0: a
             # submit, every entry is new).
-            ops.extend(index_writes(self.keys, view.task if view.task_rev else None, task))
+            ops.extend(index_writes(self._keys, view.task if view.task_rev else None, task))
             plan.task = task
         for nid, snap in plan.writes.items():
-            key = self.keys.snapshot(task_id, nid)
+            key = self._keys.snapshot(task_id, nid)
             compares.append(Mod(key) == view.revs.get(nid, 0))
             ops.append(Put(key, codec.encode_snapshot(await self._externalize(snap))))
         for event in plan.events:
-            ops.append(Put(self.keys.event(task_id, event.event_id), codec.encode_event(event)))
+            ops.append(Put(self._keys.event(task_id, event.event_id), codec.encode_event(event)))
         faults.point("before-commit")
-        result = await self.store.txn(compares, ops, failure)
+        result = await self._store.txn(compares, ops, failure)
         if result.succeeded:
             faults.point("after-commit")
         return result
@@ -370,7 +341,7 @@ class Engine:
         # must fit one store transaction, or the task could never finish.
         input_bytes = check_json_value(input, "task input",
                                        max_bytes=self.config.max_input_bytes)
-        require_fit(dag, self.store.max_txn_ops, labels=len(labels))
+        require_fit(dag, self._store.max_txn_ops, labels=len(labels))
         now = self.clock()
         deadline_s = deadline_seconds if deadline_seconds is not None else dag.deadline
         payload = rules.sha256_json([dag.hash, input, labels, priority, deadline_s])
@@ -378,7 +349,7 @@ class Engine:
         input_ref = None
         stored_input = input
         if len(input_bytes) > self.config.blob_threshold:
-            input_ref, stored_input = await asyncio.to_thread(self.blobs.put, input_bytes), None
+            input_ref, stored_input = await asyncio.to_thread(self._blobs.put, input_bytes), None
         task = TaskRecord(
             task_id=task_id, dag_hash=dag.hash, dag_name=dag.name, input=stored_input,
             input_ref=input_ref, status=TaskStatus.RUNNING, priority=priority,
@@ -397,7 +368,7 @@ class Engine:
         extra: list[Op] = []
         failure: list[Op] = []
         if idempotency_key:
-            ikey = self.keys.idempotency(submitted_by, idempotency_key)
+            ikey = self._keys.idempotency(submitted_by, idempotency_key)
             compares.append(Version(ikey) == 0)
             extra.append(Put(ikey, task_id.encode()))
             failure.append(Get(ikey))
@@ -405,7 +376,7 @@ class Engine:
             # The DAG record rides in the submit's transaction, so a refused or conflicting
             # submit stores nothing; re-putting a stored DAG writes the same bytes (the
             # key is its content hash).
-            extra.append(Put(self.keys.dag(dag.hash), dag.storage_json()))
+            extra.append(Put(self._keys.dag(dag.hash), dag.storage_json()))
         # Same commit as every transition: the task and snapshots are new (revision 0),
         # so the counters are built from scratch.
         result = await self._commit(view, plan, extra_compares=compares, extra_ops=extra,
@@ -515,267 +486,86 @@ class Engine:
 
     # ------------------------------------------------------------------ effects
 
-    async def effect_begin(self, key: str, *, task_id: str, node_id: str) -> str:
-        """Outbox: NEW → SENDING atomically. Returns the state before the call; an
-        earlier SENDING becomes UNKNOWN (an attempt died mid-effect: a person decides)."""
-        skey = self.keys.effect(key)
-        now = self.clock()
-        record = codec.EffectRecord(key=key, state="SENDING", result=None, task_id=task_id,
-                                    node_id=node_id, updated_at=now)
-        res = await self.store.txn([Version(skey) == 0], [Put(skey, codec.encode_effect(record))],
-                                   [Get(skey)])
-        if res.succeeded:
-            return "NEW"
-        kv = res.reads[0][0]
-        current = codec.decode_effect(kv.value)
-        if current.state == "SENDING":
-            unknown = replace(current, state="UNKNOWN", updated_at=now)
-            await self.store.txn([Mod(skey) == kv.mod_revision],
-                                 [Put(skey, codec.encode_effect(unknown))], [])
-        return current.state
+    async def effect_begin(self, key: str, *, task_id: str, node_id: str, fence: int) -> str:
+        """Outbox: NEW → SENDING, for the attempt that holds ``task_id/node_id`` under
+        ``fence`` (see :func:`~axengine.engine._effects.decide_begin`).
 
-    async def effect_done(self, key: str, result: Mapping[str, Any]) -> None:
-        skey = self.keys.effect(key)
-        kv = await self.store.get(skey)
-        if kv is None:
-            raise NotFound(f"effect {key!r} was never begun")
-        current = codec.decode_effect(kv.value)
-        done = replace(current, state="DONE", result=dict(result), updated_at=self.clock())
-        await self.store.txn([Mod(skey) == kv.mod_revision], [Put(skey, codec.encode_effect(done))],
-                             [])
+        Returns:
+            The state before the call (``NEW``: perform the effect now; ``DONE``;
+            ``SENDING``, which is now ``UNKNOWN``; ``UNKNOWN``), or ``stale`` when
+            ``fence`` is not the node's current fence under a live lease — nothing was
+            written and the effect must not be performed.
+        """
+        return await self._outbox(key, task_id, node_id, lambda record, snap, now: (
+            effects.decide_begin(record, snap, key=key, task_id=task_id, node_id=node_id,
+                                 fence=fence, now=now)))
+
+    async def effect_done(self, key: str, result: Mapping[str, Any], *, task_id: str,
+                          node_id: str, fence: int) -> str:
+        """Outbox: → DONE with ``result``, for the attempt that holds the node under
+        ``fence``: ``ok``, or ``stale`` (nothing written).
+
+        Raises:
+            NotFound: The caller holds the node but never began the effect.
+        """
+        return await self._outbox(key, task_id, node_id, lambda record, snap, now: (
+            effects.decide_done(record, snap, key=key, fence=fence, result=result, now=now)))
+
+    async def _outbox(self, key: str, task_id: str, node_id: str, rule: _OutboxRule) -> str:
+        """Decide an outbox call on the node's snapshot and the record, read at one
+        revision, and write the record in one transaction that compares both: a fence
+        that goes stale after the read (a takeover, a cancel) fails the compare and the
+        call is decided again. Never a check in one transaction and a write in another.
+        """
+        ekey, skey = self._keys.effect(key), self._keys.snapshot(task_id, node_id)
+        for attempt in range(MAX_CAS_RETRIES):
+            if attempt:
+                await asyncio.sleep(random.uniform(0, min(0.05, 0.0005 * 2 ** attempt)))
+            found = await self._store.get_many([skey, ekey])
+            skv, ekv = found.get(skey), found.get(ekey)
+            snap = codec.decode_snapshot(skv.value) if skv is not None else None
+            record = codec.decode_effect(ekv.value) if ekv is not None else None
+            answer, write = rule(record, snap, self.clock())
+            if write is None:
+                # Nothing to write: decided on one consistent read (a stale fence stays
+                # stale; a DONE or UNKNOWN record is only reported).
+                return answer
+            assert skv is not None  # a write is only decided for the node's holder
+            compares = [Mod(skey) == skv.mod_revision,
+                        Mod(ekey) == (ekv.mod_revision if ekv is not None else 0)]
+            if (await self._store.txn(compares, [Put(ekey, codec.encode_effect(write))])
+                    ).succeeded:
+                return answer
+        raise StoreError(f"effect {key}: gave up after {MAX_CAS_RETRIES} conflicting writes")
 
     async def effect_get(self, key: str) -> codec.EffectRecord | None:
-        kv = await self.store.get(self.keys.effect(key))
+        """The outbox record of ``key``, or None when nothing was begun under it."""
+        kv = await self._store.get(self._keys.effect(key))
         return codec.decode_effect(kv.value) if kv else None
 
-    # ------------------------------------------------------------------ reads
+    # ------------------------------------------------------------------ fixtures
 
-    async def blob_json(self, ref: BlobRef, *, max_bytes: int | None = None,
-                        strict_field: str | None = None) -> Any:
-        """The JSON value held in a blob, read in a worker thread (a blob may be
-        megabytes; the event loop keeps serving meanwhile).
-
-        Args:
-            ref: The reference; only its sha256 (and declared size) are used.
-            max_bytes: Refuse blobs larger than this (None: the blob store's maximum).
-            strict_field: Parse with the door's JSON limits (a blob named by a caller),
-                naming this field in refusals; None for blobs the engine wrote.
+    async def restore_task(self, dag: Dag, task: TaskRecord, snapshots: Iterable[Snapshot],
+                           events: Iterable[Event]) -> str:
+        """Write a recorded task (a snapshot fixture) into this store in one transaction
+        and return its id. RUNNING nodes come back WAITING with a bumped fence (see
+        :func:`~axengine.engine._restore.restored`); the task enters the indexes.
 
         Raises:
-            InputError: ``ref`` is not a sha256 digest or declares more than the limit;
-                with ``strict_field``, content that is not acceptable JSON.
-            BlobError: Missing, not a regular file, too large, or corrupt.
+            Conflict: A task with this id already exists here.
         """
-        data = await asyncio.to_thread(self.blobs.get, ref, max_bytes=max_bytes)
-        if strict_field is not None:
-            return parse_json_text(data, strict_field)
-        return json.loads(data)
-
-    async def task_record(self, task_id: str) -> TaskRecord:
-        """The task record alone (status and counters): one read, whatever the DAG size."""
-        return (await self._load_task(task_id))[0]
-
-    async def get_task(self, task_id: str, *, resolve_blobs: bool = True) -> TaskView:
-        task, _ = await self._load_task(task_id)
-        dag = await self.get_dag(task.dag_hash)
-        kvs = await self.store.range(self.keys.snapshots(task_id))
-        snaps: dict[str, Snapshot] = {}
-        revision = 0
-        for kv in kvs:
-            snap = codec.decode_snapshot(kv.value)
-            if resolve_blobs and snap.output_ref is not None:
-                snap = replace(snap, output=await self.blob_json(snap.output_ref))
-            snaps[snap.node_id] = snap
-            revision = max(revision, kv.mod_revision)
-        if resolve_blobs and task.input_ref is not None:
-            task = replace(task, input=await self.blob_json(task.input_ref))
-        ordered = {nid: snaps[nid] for nid in dag.nodes if nid in snaps}
-        return TaskView(task=task, dag=dag, snapshots=ordered, revision=revision)
-
-    async def events(self, task_id: str) -> list[Event]:
-        kvs = await self.store.range(self.keys.events(task_id))
-        return sorted((_event_with_seq(kv) for kv in kvs), key=lambda e: (e.seq, e.event_id))
-
-    async def list_tasks(self, *, status: str | None = None, dag_name: str | None = None,
-                         limit: int = 100) -> list[TaskRecord]:
-        """Up to ``limit`` tasks, newest first (see :meth:`task_page`)."""
-        statuses = frozenset({TaskStatus(status)}) if status else frozenset()
-        out: list[TaskRecord] = []
-        token = ""
-        while len(out) < limit:
-            page, next_token = await self.task_page(statuses=statuses, dag_name=dag_name or "",
-                                                    limit=min(limit - len(out), 1000),
-                                                    page_token=token)
-            out += page
-            if next_token is None:
-                break
-            token = next_token
-        return out
-
-    async def task_page(
-        self, *, statuses: Collection[TaskStatus] = (), dag_name: str = "",
-        labels: Mapping[str, str] | None = None,
-        match: Callable[[TaskRecord], bool] | None = None, limit: int = 100,
-        page_token: str = "", scan_budget: int = LIST_SCAN_BUDGET,
-    ) -> tuple[list[TaskRecord], str | None]:
-        """One page of tasks, newest first, read through a secondary index.
-
-        The index is the most selective equality filter (:func:`choose_index`): its keys
-        are read page by page with ``start_after`` seeks, the task records fetched with
-        one ``get_many`` per batch, and every filter (``statuses``, ``dag_name``,
-        ``labels`` and ``match``) re-checked on the records. A page reads at most
-        ``scan_budget`` index keys, so a filter no index serves returns a short page
-        with a token rather than scanning the store.
-
-        Returns:
-            The tasks, and the opaque token of the next page (None: no more).
-
-        Raises:
-            InputError: ``page_token`` was not returned by this method.
-        """
-        wanted = frozenset(statuses)
-        labels = dict(labels or {})
-        index = choose_index(self.keys, statuses=wanted, dag_name=dag_name, labels=labels)
-        after = decode_cursor(index, page_token) if page_token else None
-        out: list[TaskRecord] = []
-        scanned = 0
-        batch = limit
-        while len(out) < limit and scanned < scan_budget:
-            entries = await self.store.range(index, start_after=after,
-                                             limit=min(batch, scan_budget - scanned))
-            scanned += len(entries)
-            found = await self.store.get_many([self.keys.task(kv.value.decode())
-                                               for kv in entries])
-            for entry in entries:
-                after = entry.key
-                kv = found.get(self.keys.task(entry.value.decode()))
-                if kv is None:
-                    continue
-                task = codec.decode_task(kv.value)
-                if ((not wanted or task.status in wanted)
-                        and (not dag_name or task.dag_name == dag_name)
-                        and all(task.labels.get(k) == v for k, v in labels.items())
-                        and (match is None or match(task))):
-                    out.append(task)
-                    if len(out) >= limit:
-                        break
-            if len(entries) < batch:
-                return out, None  # the index has no more keys
-            # Residual filters rejected some: read more per round trip, up to a page.
-            batch = min(batch * 2, 1000)
-        return out, (encode_cursor(index, after) if after else None)
-
-    async def count_active(self, principal: str, *, cap: int) -> int:
-        """Unfinished tasks ``principal`` submitted, counted up to ``cap`` from the
-        active-by-principal index (reads at most ``cap`` keys, whatever the store holds)."""
-        return len(await self.store.range(self.keys.active_by(principal), limit=cap))
-
-    async def unfinished_tasks(self) -> list[TaskRecord]:
-        """Every task not in a final status, from the status index (finished tasks are
-        never read)."""
-        out: list[TaskRecord] = []
-        for status in (TaskStatus.RUNNING, TaskStatus.PAUSED):
-            index = self.keys.by_status(status.value)
-            after: str | None = None
-            while True:
-                entries = await self.store.range(index, start_after=after, limit=1000)
-                if not entries:
-                    break
-                after = entries[-1].key
-                found = await self.store.get_many([self.keys.task(kv.value.decode())
-                                                   for kv in entries])
-                for kv in found.values():
-                    task = codec.decode_task(kv.value)
-                    if not task.status.final:
-                        out.append(task)
-        return sorted({t.task_id: t for t in out}.values(), key=lambda t: t.task_id)
-
-    async def ensure_indexes(self) -> int:
-        """Enter every task stored before the indexes existed, once per store.
-
-        Skipped when the ``index_version`` marker holds :data:`INDEX_VERSION`. Each task
-        is indexed by a transaction that compares its record's mod_revision, so a task
-        changing meanwhile is re-read rather than indexed with a stale status; the puts
-        are idempotent, so replicas racing here do no harm. Returns the tasks indexed.
-        """
-        marker = self.keys.index_version()
-        kv = await self.store.get(marker)
-        if kv is not None and kv.value.decode() == INDEX_VERSION:
-            return 0
-        prefix = self.keys.tasks()
-        after: str | None = None
-        done = 0
-        while True:
-            kvs = await self.store.range(prefix, start_after=after, limit=500)
-            if not kvs:
-                break
-            after = kvs[-1].key
-            for task_kv in kvs:
-                current: KeyValue | None = task_kv
-                while current is not None:
-                    task = codec.decode_task(current.value)
-                    ops: list[Op] = [Put(k, task.task_id.encode())
-                                     for k in sorted(index_keys(self.keys, task))]
-                    result = await self.store.txn(
-                        [Mod(current.key) == current.mod_revision], ops, [Get(current.key)])
-                    current = None if result.succeeded else (result.reads[0] or (None,))[0]
-                done += 1
-        await self.store.txn([], [Put(marker, INDEX_VERSION.encode())])
-        return done
-
-    async def events_page(self, task_id: str, *, after: str = "", max_seq: int = 0,
-                          limit: int = 1000, settled: bool = False,
-                          ) -> tuple[list[Event], str, int]:
-        """One page of a task's events, sought by event key rather than read whole.
-
-        Events are keyed by a time-ordered id; the page reads ``limit`` keys after
-        ``after`` (extended so a transaction is never split). A transition decided
-        before another can still commit after it, so unless the task was already final
-        (``settled``: nothing commits any more), the last :data:`LATE_EVENT_WINDOW`
-        seconds of keys up to the page's end are re-read for events committed after
-        ``max_seq``, the highest seq returned so far.
-
-        Returns:
-            The events sorted by (seq, event id), the key to continue after, and the
-            highest seq returned (``max_seq`` when the page is empty).
-        """
-        prefix = self.keys.events(task_id)
-        kvs = await self.store.range(prefix, start_after=prefix + after if after else None,
-                                     limit=limit)
-        full = len(kvs) == limit
-        while full:
-            more = await self.store.range(prefix, start_after=kvs[-1].key, limit=64)
-            seq = kvs[-1].create_revision
-            same: list[KeyValue] = []
-            for kv in more:
-                if kv.create_revision != seq:
-                    break
-                same.append(kv)
-            kvs += same
-            full = len(same) == len(more) == 64
-        last = kvs[-1].key[len(prefix):] if kvs else after
-        if not settled:
-            window = _event_id(self.clock() - LATE_EVENT_WINDOW)[:17]
-            seen = {kv.key for kv in kvs}
-            start: str | None = prefix + window
-            while start is not None:
-                late = await self.store.range(prefix, start_after=start, limit=500)
-                start = late[-1].key if len(late) == 500 else None
-                for kv in late:
-                    if kv.key[len(prefix):] > last:
-                        start = None
-                        break
-                    if kv.create_revision > max_seq and kv.key not in seen:
-                        kvs.append(kv)
-        events = sorted((_event_with_seq(kv) for kv in kvs), key=lambda e: (e.seq, e.event_id))
-        return events, last, max([max_seq, *(e.seq for e in events)])
-
-
-def _event_with_seq(kv: KeyValue) -> Event:
-    return replace(codec.decode_event(kv.value), seq=kv.create_revision)
-
-
-def host_pid_owner(prefix: str = "w") -> str:
-    """A worker id that names its host and process, so a resumed embedded run can tell
-    whether the previous owner is still alive."""
-    return f"{prefix}:{os.uname().nodename}:{os.getpid()}:{secrets.token_hex(3)}"
+        await self.put_dag(dag)
+        task, snaps = restored(dag, task, snapshots)
+        keys = self._keys
+        ops: list[Op] = [Put(keys.task(task.task_id), codec.encode_task(task))]
+        for snap in snaps:
+            ops.append(Put(keys.snapshot(task.task_id, snap.node_id),
+                           codec.encode_snapshot(await self._externalize(snap))))
+        # Listing and the reconciler find tasks through the indexes: enter it there too.
+        ops.extend(index_writes(keys, None, task))
+        for event in events:
+            ops.append(Put(keys.event(task.task_id, event.event_id), codec.encode_event(event)))
+        result = await self._store.txn([Mod(keys.task(task.task_id)) == 0], ops, [])
+        if not result.succeeded:
+            raise Conflict(f"task {task.task_id} already exists in this store")
+        return task.task_id

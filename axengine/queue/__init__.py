@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from axengine.queue._keys import QueueKeys
 from axengine.queue._protocol import DEFAULT_LANE, FAST_LANE, WorkItem, WorkQueue
 from axengine.queue.inprocess import InProcessQueue
 from axengine.queue.settings import RedisSettings
@@ -20,6 +21,7 @@ __all__ = [
     "DEFAULT_LANE",
     "FAST_LANE",
     "InProcessQueue",
+    "QueueKeys",
     "RedisQueue",
     "RedisSettings",
     "WorkItem",

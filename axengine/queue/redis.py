@@ -1,6 +1,6 @@
 """The Redis work queue: lists per lane, a processing list per worker, a delayed zset.
 
-Key layout (``axengine.keys.QueueKeys``, prefix ``ax`` by default)::
+Key layout (:class:`~axengine.queue.QueueKeys`, prefix ``ax`` by default)::
 
     {prefix}:lane:{lane}           list   LPUSH at the tail, consumed from the right
     {prefix}:processing:{worker}   list   items a worker popped and has not acked
@@ -46,7 +46,7 @@ from redis.credentials import CredentialProvider
 from redis.exceptions import AuthenticationError, NoPermissionError, RedisError
 
 from axengine.errors import QueueError
-from axengine.keys import QueueKeys
+from axengine.queue._keys import QueueKeys
 from axengine.queue._protocol import DEFAULT_LANE, FAST_LANE, WorkItem
 from axengine.queue.settings import RedisSettings
 

@@ -3,6 +3,12 @@
 Handlers run in worker threads; every call here crosses back into the worker's event
 loop (``run_coroutine_threadsafe``) to reach the engine, so the engine client needs no
 thread safety of its own.
+
+Every call carries the attempt's fence. A ``stale`` answer means another worker owns the
+node: heartbeats and progress report it by returning False; the outbox calls
+(``effect.begin()``, ``effect.done()``) cannot, so they raise :class:`FencedOut` into the
+handler — it must not perform the effect — after marking the run stale, so the worker
+discards the run's outcome as it does after a stale heartbeat.
 """
 
 from __future__ import annotations
@@ -11,12 +17,13 @@ import asyncio
 import threading
 import time
 from collections.abc import Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from axengine import faults
+from axengine.errors import Conflict
 from executors.contract import EffectState, NodeRequest
 
-__all__ = ["EngineClient", "RunContext"]
+__all__ = ["EngineClient", "FencedOut", "RunContext"]
 
 #: Seconds to wait for the engine when a handler heartbeats, reports or records an effect.
 CALL_TIMEOUT = 30.0
@@ -38,11 +45,23 @@ class EngineClient(Protocol):
     async def complete(self, task_id: str, node_id: str, *, fence: int,
                        outcome: Any) -> str: ...
 
-    async def effect_begin(self, key: str, *, task_id: str, node_id: str) -> str: ...
+    async def effect_begin(self, key: str, *, task_id: str, node_id: str,
+                           fence: int) -> str:
+        """Outbox NEW → SENDING: the state before the call, or ``stale``."""
+        ...
 
-    async def effect_done(self, key: str, result: Mapping[str, Any]) -> None: ...
+    async def effect_done(self, key: str, result: Mapping[str, Any], *, task_id: str,
+                          node_id: str, fence: int) -> str:
+        """Outbox → DONE: ``ok`` or ``stale``."""
+        ...
 
     async def effect_get(self, key: str) -> Any: ...
+
+
+class FencedOut(Conflict):
+    """Raised into a handler by an outbox call answered ``stale``: another worker owns
+    the node, so this run must not perform (or record) the effect. The run is already
+    marked stale; the worker discards its outcome."""
 
 
 class _Effect:
@@ -60,15 +79,26 @@ class _Effect:
 
     def begin(self) -> EffectState:
         req = self._ctx.request
-        state: EffectState = self._ctx.call(
-            self._ctx.engine.effect_begin(self._key, task_id=req.task_id, node_id=req.node_id))
+        answer: str = self._ctx.call(self._ctx.engine.effect_begin(
+            self._key, task_id=req.task_id, node_id=req.node_id, fence=req.fence))
+        if answer == "stale":
+            raise self._ctx.fenced_out(f"effect {self._key}: fence {req.fence} of "
+                                       f"{req.task_id}/{req.node_id} is stale; another "
+                                       "worker owns the node, so this run must not perform it")
+        state = cast(EffectState, answer)
         if state == "NEW":
             faults.point("effect-begun")
         return state
 
     def done(self, result: Mapping[str, Any]) -> None:
         faults.point("effect-performed")
-        self._ctx.call(self._ctx.engine.effect_done(self._key, result))
+        req = self._ctx.request
+        answer = self._ctx.call(self._ctx.engine.effect_done(
+            self._key, result, task_id=req.task_id, node_id=req.node_id, fence=req.fence))
+        if answer == "stale":
+            raise self._ctx.fenced_out(f"effect {self._key}: fence {req.fence} of "
+                                       f"{req.task_id}/{req.node_id} is stale; the outbox "
+                                       "record was not marked done")
 
     def result(self) -> Mapping[str, Any] | None:
         record = self._ctx.call(self._ctx.engine.effect_get(self._key))
@@ -100,6 +130,11 @@ class RunContext:
     def mark_stale(self) -> None:
         self.stale = True
         self._cancel.set()
+
+    def fenced_out(self, message: str) -> FencedOut:
+        """Mark the run stale and return the error an outbox call raises."""
+        self.mark_stale()
+        return FencedOut(message)
 
     @property
     def cancelled(self) -> bool:

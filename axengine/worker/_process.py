@@ -35,9 +35,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from axengine.engine import owner_is_dead
-from axengine.engine._shell import host_pid_owner
 from axengine.errors import AxError, QueueError
+from axengine.owners import host_pid_owner, owner_is_dead
 from axengine.queue import DEFAULT_LANE, FAST_LANE, WorkItem, WorkQueue
 from axengine.worker._context import EngineClient, RunContext
 from axengine.worker._worker import Worker
@@ -197,11 +196,25 @@ class _Tracking:
         if flight is not None and flight.request.fence == fence:
             del self.flights[(task_id, node_id)]
 
-    async def effect_begin(self, key: str, *, task_id: str, node_id: str) -> str:
-        return await self.inner.effect_begin(key, task_id=task_id, node_id=node_id)
+    async def effect_begin(self, key: str, *, task_id: str, node_id: str,
+                           fence: int) -> str:
+        answer = await self.inner.effect_begin(key, task_id=task_id, node_id=node_id,
+                                               fence=fence)
+        if answer == "stale":
+            log.warning("effect_begin %s %s/%s fence=%d: stale (fenced out; the effect is "
+                        "not performed)", key, task_id, node_id, fence)
+            self._drop(task_id, node_id, fence)
+        return answer
 
-    async def effect_done(self, key: str, result: Mapping[str, Any]) -> None:
-        await self.inner.effect_done(key, result)
+    async def effect_done(self, key: str, result: Mapping[str, Any], *, task_id: str,
+                          node_id: str, fence: int) -> str:
+        answer = await self.inner.effect_done(key, result, task_id=task_id, node_id=node_id,
+                                              fence=fence)
+        if answer == "stale":
+            log.warning("effect_done %s %s/%s fence=%d: stale (fenced out; the record is "
+                        "not marked done)", key, task_id, node_id, fence)
+            self._drop(task_id, node_id, fence)
+        return answer
 
     async def effect_get(self, key: str) -> Any:
         return await self.inner.effect_get(key)

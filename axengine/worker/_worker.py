@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from axengine import faults
-from axengine.engine._shell import LOCAL_PRINCIPAL, host_pid_owner
+from axengine.engine._shell import LOCAL_PRINCIPAL
 from axengine.errors import AxError
+from axengine.owners import host_pid_owner
 from axengine.queue import DEFAULT_LANE, FAST_LANE, WorkItem, WorkQueue
 from axengine.worker._context import EngineClient, RunContext
 from executors.contract import Failure, Handler, NodeRequest, Outcome, Success, Unavailable

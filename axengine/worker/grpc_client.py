@@ -8,7 +8,7 @@ are mapped to the :class:`~axengine.errors.AxError` tree here, at the edge.
 
 Retries. ``UNAVAILABLE`` (the API is restarting, or it cannot reach etcd) and
 ``DEADLINE_EXCEEDED`` are retried inside the client with exponential backoff and jitter
-for at most ``retry_for`` seconds, then raised as :class:`StoreUnavailable`. Every call
+for at most ``retry_for`` seconds, then raised as :class:`ApiUnavailable`. Every call
 of this service is safe to repeat:
 
 - heartbeat, progress, effect_get and effect_done are idempotent;
@@ -20,6 +20,10 @@ of this service is safe to repeat:
 - an effect_begin whose reply was lost left the record SENDING; the repeat reports it
   and the record becomes UNKNOWN, which a handler settles by asking the transport, or a
   person does. An effect is never silently performed twice.
+
+The outbox calls carry the fence of the attempt that makes them, like every other call;
+the API decides them in the transaction that writes the record and answers ``stale``
+(nothing written) to an attempt that no longer holds the node.
 """
 
 from __future__ import annotations
@@ -41,17 +45,7 @@ import grpc
 
 from axengine import codec
 from axengine.engine import ClaimResult
-from axengine.errors import (
-    AxError,
-    BlobError,
-    Conflict,
-    Forbidden,
-    InputError,
-    NotFound,
-    StoreError,
-    StoreUnavailable,
-    Unauthorized,
-)
+from axengine.errors import AxError, BlobError, InputError, StoreError, class_for_grpc
 from executors.contract import Failure, NodeRequest, Outcome, Success, Unavailable
 from proto.ax.v1 import ax_pb2, ax_pb2_grpc
 
@@ -66,7 +60,7 @@ log = logging.getLogger("axengine.worker.grpc")
 
 #: Seconds one RPC may take before it fails with DEADLINE_EXCEEDED (and is retried).
 DEFAULT_CALL_TIMEOUT = 10.0
-#: Seconds the client keeps retrying an UNAVAILABLE API before raising StoreUnavailable.
+#: Seconds the client keeps retrying an UNAVAILABLE API before raising ApiUnavailable.
 #: Long enough to ride out an API restart or an etcd leader change.
 DEFAULT_RETRY_FOR = 60.0
 #: First backoff delay; doubles per retry up to :data:`MAX_BACKOFF`, with full jitter.
@@ -77,22 +71,6 @@ MAX_BACKOFF = 1.0
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
 _RETRY_CODES = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED})
-
-#: gRPC status → ax error class: the inverse of the API's error table.
-_ERRORS: Mapping[grpc.StatusCode, type[AxError]] = {
-    grpc.StatusCode.INVALID_ARGUMENT: InputError,
-    grpc.StatusCode.OUT_OF_RANGE: InputError,
-    grpc.StatusCode.NOT_FOUND: NotFound,
-    grpc.StatusCode.ALREADY_EXISTS: Conflict,
-    grpc.StatusCode.FAILED_PRECONDITION: Conflict,
-    grpc.StatusCode.ABORTED: Conflict,
-    grpc.StatusCode.UNAUTHENTICATED: Unauthorized,
-    grpc.StatusCode.PERMISSION_DENIED: Forbidden,
-    grpc.StatusCode.UNAVAILABLE: StoreUnavailable,
-    grpc.StatusCode.DEADLINE_EXCEEDED: StoreUnavailable,
-    grpc.StatusCode.RESOURCE_EXHAUSTED: StoreError,
-    grpc.StatusCode.DATA_LOSS: BlobError,
-}
 
 _LEASE: Mapping[int, str] = {ax_pb2.LEASE_RESULT_OK: "ok", ax_pb2.LEASE_RESULT_STALE: "stale"}
 _COMPLETE: Mapping[int, str] = {
@@ -109,8 +87,11 @@ _EFFECT_STATES: Mapping[int, str] = {
 
 
 def error_from_rpc(exc: grpc.aio.AioRpcError, what: str) -> AxError:
-    """The :class:`AxError` an RPC failure stands for (``what`` names the call)."""
-    cls = _ERRORS.get(exc.code(), StoreError)
+    """The :class:`AxError` an RPC failure stands for (``what`` names the call): the
+    inverse of the API's error table (:func:`axengine.errors.class_for_grpc`), so
+    ``UNAVAILABLE`` and ``DEADLINE_EXCEEDED`` are :class:`~axengine.errors.ApiUnavailable`
+    and a code the table does not name is a plain :class:`AxError`."""
+    cls = class_for_grpc(exc.code().name)
     detail = exc.details() or exc.code().name
     return cls(f"{what}: {detail} (gRPC {exc.code().name})")
 
@@ -124,7 +105,7 @@ class GrpcEngineClient:
         token: Bearer token with the ``executor`` role ("" when auth is off).
         timeout: Seconds per RPC.
         retry_for: Seconds to keep retrying UNAVAILABLE / DEADLINE_EXCEEDED before
-            raising :class:`~axengine.errors.StoreUnavailable`.
+            raising :class:`~axengine.errors.ApiUnavailable`.
         channel_options: Extra gRPC channel options.
     """
 
@@ -155,10 +136,9 @@ class GrpcEngineClient:
         self._channel: grpc.aio.Channel | None = None
         # The generated stub is untyped: its methods are Any either way.
         self._stub: Any = None
-        # The outbox calls of the EngineClient protocol carry no fence; the server wants
-        # one, so the client remembers what each claim of this process got.
+        # The calls after a claim carry the worker id the claim named (the protocol's
+        # calls name only the fence), so the client remembers each claim of this process.
         self._claims: dict[tuple[str, str], tuple[int, str]] = {}
-        self._effects: dict[str, tuple[str, str]] = {}
         #: Calls retried after UNAVAILABLE / DEADLINE_EXCEEDED since the client started.
         self.retries = 0
 
@@ -286,8 +266,6 @@ class GrpcEngineClient:
     def _forget(self, task_id: str, node_id: str, fence: int) -> None:
         if self._claims.get((task_id, node_id), (None, ""))[0] == fence:
             del self._claims[(task_id, node_id)]
-            for key in [k for k, v in self._effects.items() if v == (task_id, node_id)]:
-                del self._effects[key]
 
     async def complete(self, task_id: str, node_id: str, *, fence: int,
                        outcome: Outcome) -> str:
@@ -314,45 +292,38 @@ class GrpcEngineClient:
             raise StoreError(f"complete {task_id}/{node_id}: unknown result {reply.result}")
         return answer
 
-    async def effect_begin(self, key: str, *, task_id: str, node_id: str) -> str:
-        """Outbox NEW → SENDING; returns the state before the call.
-
-        Raises:
-            Conflict: This process's fence for the node is stale (another worker owns
-                it): the effect must not be performed; the run ends as a failure that
-                the engine then refuses as stale.
-        """
-        fence, worker = self._fence_of(task_id, node_id)
-        self._effects[key] = (task_id, node_id)
+    async def effect_begin(self, key: str, *, task_id: str, node_id: str,
+                           fence: int) -> str:
+        """Outbox NEW → SENDING under ``fence``: the state before the call, or ``stale``
+        when the fence no longer holds the node (nothing written: the effect must not
+        be performed)."""
+        _, worker = self._fence_of(task_id, node_id)
         reply = await self._call(f"effect_begin {key}", self.stub.EffectBegin,
                                  ax_pb2.EffectBeginRequest(key=key, task_id=task_id,
                                                            node_id=node_id, fence=fence,
                                                            worker_id=worker))
         if reply.lease == ax_pb2.LEASE_RESULT_STALE:
-            raise Conflict(f"effect {key}: fence {fence} of {task_id}/{node_id} is stale; "
-                           "another worker owns the node, so this run must not perform it")
+            return "stale"
         state = _EFFECT_STATES.get(reply.previous)
         if state is None:
             raise StoreError(f"effect_begin {key}: unknown state {reply.previous}")
         return state
 
-    async def effect_done(self, key: str, result: Mapping[str, Any]) -> None:
-        """Outbox SENDING → DONE with ``result``.
+    async def effect_done(self, key: str, result: Mapping[str, Any], *, task_id: str,
+                          node_id: str, fence: int) -> str:
+        """Outbox → DONE with ``result`` under ``fence``: ``ok``, or ``stale`` (the
+        record was not marked DONE; the next attempt settles it, see ``effect_begin``).
 
         Raises:
-            Conflict: This process's fence for the node is stale: the record was not
-                marked DONE (the next attempt settles it, see ``effect_begin``).
+            NotFound: The effect was never begun.
         """
-        task_id, node_id = self._effects.get(key, ("", ""))
-        fence, worker = self._fence_of(task_id, node_id)
+        _, worker = self._fence_of(task_id, node_id)
         reply = await self._call(
             f"effect_done {key}", self.stub.EffectDone,
             ax_pb2.EffectDoneRequest(key=key, task_id=task_id, node_id=node_id, fence=fence,
                                      worker_id=worker,
                                      result_json=codec.canonical_json(dict(result))))
-        if reply.lease == ax_pb2.LEASE_RESULT_STALE:
-            raise Conflict(f"effect {key}: fence {fence} of {task_id}/{node_id} is stale; "
-                           "the outbox record was not marked done")
+        return "stale" if reply.lease == ax_pb2.LEASE_RESULT_STALE else "ok"
 
     async def effect_get(self, key: str) -> codec.EffectRecord | None:
         """The outbox record, or None when nothing was begun under ``key``."""
@@ -360,4 +331,4 @@ class GrpcEngineClient:
                                  ax_pb2.EffectGetRequest(key=key))
         if reply.state in (ax_pb2.EFFECT_STATE_NEW, ax_pb2.EFFECT_STATE_UNSPECIFIED):
             return None
-        return codec.decode_effect(reply.SerializeToString())
+        return codec.effect_from_message(reply)

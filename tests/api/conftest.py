@@ -112,7 +112,7 @@ class ServerHandle:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
     def revision(self) -> int:
-        return self.call(self.engine.store.revision())
+        return self.call(self.engine.revision())
 
     def client(self, role: str | None = "admin") -> httpx.Client:
         headers = AUTH[role] if role else {}

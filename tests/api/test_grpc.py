@@ -197,16 +197,25 @@ def test_effect_outbox(api_server: ServerFactory, stubs_for: Any) -> None:
                                               result_json='{"id":"m1"}', **ids), metadata=md)
     assert done.record.state == pb.EFFECT_STATE_DONE
     assert json.loads(done.record.result_json) == {"id": "m1"}
-    again = ex.EffectBegin(pb.EffectBeginRequest(key="mail-1", **ids), metadata=md)
+    again = ex.EffectBegin(pb.EffectBeginRequest(key="mail-1", fence=claim.fence, **ids),
+                           metadata=md)
     assert again.previous == pb.EFFECT_STATE_DONE and json.loads(again.result_json) == {
         "id": "m1"}
-    ex.EffectBegin(pb.EffectBeginRequest(key="mail-2", **ids), metadata=md)
-    unknown = ex.EffectBegin(pb.EffectBeginRequest(key="mail-2", **ids), metadata=md)
+    ex.EffectBegin(pb.EffectBeginRequest(key="mail-2", fence=claim.fence, **ids), metadata=md)
+    unknown = ex.EffectBegin(pb.EffectBeginRequest(key="mail-2", fence=claim.fence, **ids),
+                             metadata=md)
     assert unknown.previous == pb.EFFECT_STATE_SENDING
     assert ex.EffectGet(pb.EffectGetRequest(key="mail-2"), metadata=md).state == \
         pb.EFFECT_STATE_UNKNOWN
-    never = pb.EffectDoneRequest(key="never", result_json="{}", **ids)
+    never = pb.EffectDoneRequest(key="never", fence=claim.fence, result_json="{}", **ids)
     assert code_of(ex.EffectDone, never, metadata=md) == grpc.StatusCode.NOT_FOUND
+    # A request without a fence (an executor older than the fenced outbox) is refused,
+    # not let through unchecked.
+    unfenced = pb.EffectBeginRequest(key="mail-3", **ids)
+    assert code_of(ex.EffectBegin, unfenced, metadata=md) == grpc.StatusCode.INVALID_ARGUMENT
+    unfenced_done = pb.EffectDoneRequest(key="mail-1", result_json="{}", **ids)
+    assert code_of(ex.EffectDone, unfenced_done, metadata=md) == \
+        grpc.StatusCode.INVALID_ARGUMENT
 
 
 def test_ax_service_operations(api_server: ServerFactory, stubs_for: Any) -> None:

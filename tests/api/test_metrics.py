@@ -7,7 +7,6 @@ from pathlib import Path
 
 from prometheus_client import generate_latest
 
-from axengine.blobs import DirBlobStore
 from axengine.dag import load_dag_text
 from axengine.engine import Engine, Event, TaskRecord
 from axengine.metrics import AxMetrics
@@ -36,8 +35,9 @@ def event(kind: str, node: str = "a", detail: str = "", state: str = "") -> Even
 def test_events_are_counted_by_node_type(tmp_path: Path) -> None:
     async def main() -> AxMetrics:
         store = SqliteStore(path=tmp_path / "ax.db")
-        engine = Engine(store=store, queue=InProcessQueue(), blobs=DirBlobStore(tmp_path))
         metrics = AxMetrics()
+        engine = Engine(store=metrics.wrap_store(store), queue=InProcessQueue(),
+                        blob_dir=tmp_path)
         metrics.attach(engine)
         dag = load_dag_text(DAG)
         task_id = (await engine.submit(dag, {})).task_id

@@ -233,11 +233,11 @@ def test_one_reconciler_leader_across_replicas(api_server: ServerFactory) -> Non
     first = api_server("etcd", worker=False)
     second = api_server("etcd", worker=False, same_store_as=first)
     engine = first.engine
-    key = engine.keys.leader("reconciler")
 
     def leader(via: ServerHandle = first) -> str | None:
-        kv = via.call(via.engine.store.get(key))
-        return None if kv is None else str(json.loads(kv.value)["owner"])
+        reconciler = via.server.reconciler
+        assert reconciler is not None
+        return via.call(reconciler.leader())
 
     owners = {first.server.owner: first, second.server.owner: second}
     eventually(lambda: leader() in owners, what="a leader")

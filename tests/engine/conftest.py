@@ -9,7 +9,6 @@ from typing import Any, TypeVar
 
 import pytest
 
-from axengine.blobs import DirBlobStore
 from axengine.engine import Engine, EngineConfig
 from axengine.queue.inprocess import InProcessQueue
 from axengine.store.embedded import SqliteStore
@@ -38,19 +37,17 @@ def clock() -> FakeClock:
 @pytest.fixture
 def make_engine(tmp_path: Path, clock: FakeClock) -> Iterator[Callable[..., Engine]]:
     """Factory: an Engine on a fresh SQLite file, in-process queue, blob dir in tmp."""
-    made: list[Engine] = []
+    made: list[SqliteStore] = []
 
     def factory(**config: Any) -> Engine:
-        n = len(made)
-        store = SqliteStore(path=tmp_path / f"ax{n}.db")
-        engine = Engine(store=store, queue=InProcessQueue(), blobs=DirBlobStore(tmp_path / "blobs"),
-                        config=EngineConfig(**config), clock=clock)
-        made.append(engine)
-        return engine
+        store = SqliteStore(path=tmp_path / f"ax{len(made)}.db")
+        made.append(store)
+        return Engine(store=store, queue=InProcessQueue(), blob_dir=tmp_path / "blobs",
+                      config=EngineConfig(**config), clock=clock)
 
     yield factory
-    for engine in made:
-        asyncio.run(engine.store.close())
+    for store in made:
+        asyncio.run(store.close())
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:

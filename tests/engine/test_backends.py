@@ -11,10 +11,8 @@ from typing import Any
 
 import pytest
 
-from axengine.blobs import DirBlobStore
 from axengine.dag import load_dag, load_dag_text
 from axengine.engine import Engine, EngineConfig, Reconciler
-from axengine.keys import StoreKeys
 from axengine.queue import WorkQueue
 from axengine.queue.inprocess import InProcessQueue
 from axengine.store import StateStore
@@ -59,8 +57,9 @@ def build(spec: dict[str, Any]) -> Engine:
         queue = RedisQueue.from_url(f"{spec['redis'].url}/0?prefix=q{spec['prefix'][3:]}")
     else:
         queue = InProcessQueue()
-    return Engine(store=store, queue=queue, blobs=DirBlobStore(spec["tmp"] / "blobs"),
-                  keys=StoreKeys(spec["prefix"]), config=EngineConfig(lease_seconds=10))
+    spec["opened"] = store  # closed by the test: the engine does not own it
+    return Engine(store=store, queue=queue, blob_dir=spec["tmp"] / "blobs",
+                  prefix=spec["prefix"], config=EngineConfig(lease_seconds=10))
 
 
 def test_financial_dag_runs_on_every_combination(backends: dict[str, Any]) -> None:
@@ -89,7 +88,7 @@ def test_financial_dag_runs_on_every_combination(backends: dict[str, Any]) -> No
             stop.set()
             await asyncio.gather(runner, repair)
             await engine.queue.close()
-            await engine.store.close()
+            await backends["opened"].close()
 
     views, timelines = asyncio.run(main())
     for view, events in zip(views, timelines, strict=True):
@@ -128,6 +127,6 @@ nodes:
             assert (await engine.get_task(task)).snapshots["review"].output == "new"
         finally:
             await engine.queue.close()
-            await engine.store.close()
+            await backends["opened"].close()
 
     asyncio.run(main())

@@ -11,7 +11,6 @@ from pathlib import Path
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from axengine.blobs import DirBlobStore
 from axengine.dag import Dag, load_dag_mapping
 from axengine.engine import Engine, EngineConfig, NodeState
 from axengine.engine._rules import RuleConfig
@@ -91,8 +90,8 @@ def test_random_interleavings_keep_invariants(tmp_path_factory: object, dag: Dag
 async def _scenario(base: Path, dag: Dag, script: list[tuple[str, object, object]],
                     seed: int) -> None:
     clock = FakeClock()
-    engine = Engine(store=SqliteStore(path=base / "ax.db"), queue=InProcessQueue(),
-                    blobs=DirBlobStore(base / "blobs"), clock=clock,
+    store = SqliteStore(path=base / "ax.db")
+    engine = Engine(store=store, queue=InProcessQueue(), blob_dir=base / "blobs", clock=clock,
                     config=EngineConfig(lease_seconds=30,
                                         rules=RuleConfig(backoff_base=0.5, backoff_cap=2.0)))
     try:
@@ -171,4 +170,4 @@ async def _scenario(base: Path, dag: Dag, script: list[tuple[str, object, object
                         for e in edges)
                     assert hop.is_taken == expected, (node, hop)
     finally:
-        await engine.store.close()
+        await store.close()

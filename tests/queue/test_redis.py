@@ -11,8 +11,7 @@ import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
 from axengine.errors import QueueError
-from axengine.keys import QueueKeys
-from axengine.queue import DEFAULT_LANE, FAST_LANE, RedisSettings, WorkItem
+from axengine.queue import DEFAULT_LANE, FAST_LANE, QueueKeys, RedisSettings, WorkItem
 from axengine.queue.redis import RedisQueue
 from tests.queue.conftest import QueueHarness
 from tests.servers import Server

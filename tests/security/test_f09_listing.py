@@ -20,7 +20,6 @@ import pytest
 
 from axengine import codec
 from axengine.api import _ops as ops
-from axengine.blobs import DirBlobStore
 from axengine.dag import load_dag_text
 from axengine.engine import Engine, Event
 from axengine.engine._shell import _event_id
@@ -91,7 +90,7 @@ class CountingStore:
 def _engine(topology: Topology, tmp_path: Path) -> tuple[Engine, CountingStore]:
     store = CountingStore(EtcdStore.from_url(topology.store_url))
     engine = Engine(store=store, queue=InProcessQueue(),  # type: ignore[arg-type]
-                    blobs=DirBlobStore(tmp_path / "blobs"), keys=StoreKeys())
+                    blob_dir=tmp_path / "blobs")
     return engine, store
 
 
@@ -124,7 +123,7 @@ def test_label_listing_reads_a_bounded_number_of_keys(topology: Topology, tmp_pa
             assert len(seen) == len(set(seen)) == BULK_TASKS
             return needle, costs
         finally:
-            await engine.store.close()
+            await store.close()
 
     needle, costs = asyncio.run(main())
     assert costs[0] <= 4, costs  # index key(s) + the record, not 400+ tasks
@@ -147,7 +146,7 @@ def test_event_pages_read_a_page_of_keys(topology: Topology, tmp_path: Path) -> 
             await engine.cancel(task_id, by="test")  # final: nothing commits any more
             # A long, old timeline, written straight into the store.
             base = time.time() - 7200
-            keys = engine.keys
+            keys = StoreKeys()
             for start in range(0, EVENTS, 100):
                 ops_: list[Op] = []
                 for i in range(start, start + 100):
@@ -167,7 +166,7 @@ def test_event_pages_read_a_page_of_keys(topology: Topology, tmp_path: Path) -> 
                 costs.append(store.keys_read)
             return task_id, costs, events
         finally:
-            await engine.store.close()
+            await store.close()
 
     task_id, costs, events = asyncio.run(main())
     assert len(events) == len({e.event_id for e in events}) >= EVENTS

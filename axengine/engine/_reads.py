@@ -1,0 +1,374 @@
+"""What the engine answers without deciding anything: records, views, pages, timelines.
+
+The transition shell (:mod:`axengine.engine._shell`) decides and commits; this half of
+the :class:`~axengine.engine.Engine` reads. Both share one owner of the store, the key
+layout and the blob store, so no other layer needs any of the three: the API asks for
+a task, a snapshot, a page of tasks or events, a live feed of a task's events, the
+store's revision; the engine knows where those live and how they are encoded.
+
+Listing costs what a page costs, not what the store holds: tasks are read through the
+secondary indexes (:mod:`axengine.engine._index`) and timelines are sought by event key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+from collections.abc import AsyncIterator, Callable, Collection, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from axengine import codec
+from axengine.blobs import BlobStore
+from axengine.dag import Dag
+from axengine.engine._index import choose_index, decode_cursor, encode_cursor, index_keys
+from axengine.errors import NotFound
+from axengine.keys import INDEX_VERSION, StoreKeys
+from axengine.limits import parse_json_text
+from axengine.records import BlobRef, Event, Snapshot, TaskRecord, TaskStatus
+from axengine.store import Get, KeyValue, Mod, Op, Put, StateStore
+
+__all__ = ["LATE_EVENT_WINDOW", "LIST_SCAN_BUDGET", "EngineReads", "TaskView"]
+
+#: Index keys one page of a task listing may read (filters no index serves stop here
+#: and return a short page with a token).
+LIST_SCAN_BUDGET = 5000
+#: Seconds within which a transition commits after it was decided (clock skew between
+#: API replicas included): event paging of an unfinished task re-reads this much of the
+#: timeline for events that committed after a later-stamped one.
+LATE_EVENT_WINDOW = 30.0
+
+
+@dataclass(frozen=True)
+class TaskView:
+    """A task with its DAG and every node snapshot (outputs resolved from blobs)."""
+
+    task: TaskRecord
+    dag: Dag
+    snapshots: Mapping[str, Snapshot]
+    revision: int
+
+
+def _event_id(now: float, n: int = 0) -> str:
+    # Time-ordered, then in the order a transition appended its events (they share one
+    # store revision); the random tail keeps concurrent writers apart.
+    return f"{int(now * 1_000_000):017d}-{n:04d}-{secrets.token_hex(4)}"
+
+
+def _event_with_seq(kv: KeyValue) -> Event:
+    # An event's seq is the revision that created its key: the commit order.
+    return replace(codec.decode_event(kv.value), seq=kv.create_revision)
+
+
+class EngineReads:
+    """The reading half of :class:`~axengine.engine.Engine` (which sets the attributes
+    declared here)."""
+
+    _store: StateStore
+    _keys: StoreKeys
+    _blobs: BlobStore
+    _dags: dict[str, Dag]
+    clock: Callable[[], float]
+
+    # ------------------------------------------------------------------ the store
+
+    @property
+    def max_txn_ops(self) -> int | None:
+        """Most operations one store transaction may hold (None: no limit), which bounds
+        the DAGs the engine accepts (:func:`~axengine.engine.fit_problem`)."""
+        return self._store.max_txn_ops
+
+    async def revision(self) -> int:
+        """The store's current revision (readiness probes; the start of a watch)."""
+        return await self._store.revision()
+
+    async def blob_json(self, ref: BlobRef, *, max_bytes: int | None = None,
+                        strict_field: str | None = None) -> Any:
+        """The JSON value held in a blob, read in a worker thread (a blob may be
+        megabytes; the event loop keeps serving meanwhile).
+
+        Args:
+            ref: The reference; only its sha256 (and declared size) are used.
+            max_bytes: Refuse blobs larger than this (None: the blob store's maximum).
+            strict_field: Parse with the door's JSON limits (a blob named by a caller),
+                naming this field in refusals; None for blobs the engine wrote.
+
+        Raises:
+            InputError: ``ref`` is not a sha256 digest or declares more than the limit;
+                with ``strict_field``, content that is not acceptable JSON.
+            BlobError: Missing, not a regular file, too large, or corrupt.
+        """
+        data = await asyncio.to_thread(self._blobs.get, ref, max_bytes=max_bytes)
+        if strict_field is not None:
+            return parse_json_text(data, strict_field)
+        return json.loads(data)
+
+    # ------------------------------------------------------------------ records
+
+    async def get_dag(self, dag_hash: str) -> Dag:
+        """The stored DAG with this content hash (cached: DAGs are immutable).
+
+        Raises:
+            NotFound: No DAG is stored under ``dag_hash``.
+        """
+        dag = self._dags.get(dag_hash)
+        if dag is None:
+            kv = await self._store.get(self._keys.dag(dag_hash))
+            if kv is None:
+                raise NotFound(f"DAG {dag_hash} is not stored")
+            dag = Dag.from_canonical(json.loads(kv.value))
+            self._dags[dag_hash] = dag
+        return dag
+
+    async def _load_task(self, task_id: str) -> tuple[TaskRecord, int]:
+        kv = await self._store.get(self._keys.task(task_id))
+        if kv is None:
+            raise NotFound(f"task {task_id!r} does not exist")
+        return codec.decode_task(kv.value), kv.mod_revision
+
+    async def task_record(self, task_id: str) -> TaskRecord:
+        """The task record alone (status and counters): one read, whatever the DAG size.
+
+        Raises:
+            NotFound: The task does not exist.
+        """
+        return (await self._load_task(task_id))[0]
+
+    async def task_for_idempotency_key(self, principal: str, key: str) -> str | None:
+        """The id of the task ``principal`` submitted with idempotency key ``key``, or
+        None (keys are scoped to their principal)."""
+        kv = await self._store.get(self._keys.idempotency(principal, key))
+        return None if kv is None else kv.value.decode()
+
+    async def snapshot(self, task_id: str, node_id: str) -> Snapshot | None:
+        """One node's snapshot as stored (blob-held input and output not resolved), or
+        None when the task or the node does not exist."""
+        kv = await self._store.get(self._keys.snapshot(task_id, node_id))
+        return None if kv is None else codec.decode_snapshot(kv.value)
+
+    async def snapshots(self, task_id: str) -> list[Snapshot]:
+        """Every node snapshot of a task as stored (blobs not resolved), by node id."""
+        return [codec.decode_snapshot(kv.value)
+                for kv in await self._store.range(self._keys.snapshots(task_id))]
+
+    async def get_task(self, task_id: str, *, resolve_blobs: bool = True) -> TaskView:
+        """The task, its DAG and every node snapshot, in DAG order.
+
+        Raises:
+            NotFound: The task does not exist.
+        """
+        task, _ = await self._load_task(task_id)
+        dag = await self.get_dag(task.dag_hash)
+        kvs = await self._store.range(self._keys.snapshots(task_id))
+        snaps: dict[str, Snapshot] = {}
+        revision = 0
+        for kv in kvs:
+            snap = codec.decode_snapshot(kv.value)
+            if resolve_blobs and snap.output_ref is not None:
+                snap = replace(snap, output=await self.blob_json(snap.output_ref))
+            snaps[snap.node_id] = snap
+            revision = max(revision, kv.mod_revision)
+        if resolve_blobs and task.input_ref is not None:
+            task = replace(task, input=await self.blob_json(task.input_ref))
+        ordered = {nid: snaps[nid] for nid in dag.nodes if nid in snaps}
+        return TaskView(task=task, dag=dag, snapshots=ordered, revision=revision)
+
+    # ------------------------------------------------------------------ listings
+
+    async def list_tasks(self, *, status: str | None = None, dag_name: str | None = None,
+                         limit: int = 100) -> list[TaskRecord]:
+        """Up to ``limit`` tasks, newest first (see :meth:`task_page`)."""
+        statuses = frozenset({TaskStatus(status)}) if status else frozenset()
+        out: list[TaskRecord] = []
+        token = ""
+        while len(out) < limit:
+            page, next_token = await self.task_page(statuses=statuses, dag_name=dag_name or "",
+                                                    limit=min(limit - len(out), 1000),
+                                                    page_token=token)
+            out += page
+            if next_token is None:
+                break
+            token = next_token
+        return out
+
+    async def task_page(
+        self, *, statuses: Collection[TaskStatus] = (), dag_name: str = "",
+        labels: Mapping[str, str] | None = None,
+        match: Callable[[TaskRecord], bool] | None = None, limit: int = 100,
+        page_token: str = "", scan_budget: int = LIST_SCAN_BUDGET,
+    ) -> tuple[list[TaskRecord], str | None]:
+        """One page of tasks, newest first, read through a secondary index.
+
+        The index is the most selective equality filter (:func:`choose_index`): its keys
+        are read page by page with ``start_after`` seeks, the task records fetched with
+        one ``get_many`` per batch, and every filter (``statuses``, ``dag_name``,
+        ``labels`` and ``match``) re-checked on the records. A page reads at most
+        ``scan_budget`` index keys, so a filter no index serves returns a short page
+        with a token rather than scanning the store.
+
+        Returns:
+            The tasks, and the opaque token of the next page (None: no more).
+
+        Raises:
+            InputError: ``page_token`` was not returned by this method.
+        """
+        wanted = frozenset(statuses)
+        labels = dict(labels or {})
+        index = choose_index(self._keys, statuses=wanted, dag_name=dag_name, labels=labels)
+        after = decode_cursor(index, page_token) if page_token else None
+        out: list[TaskRecord] = []
+        scanned = 0
+        batch = limit
+        while len(out) < limit and scanned < scan_budget:
+            entries = await self._store.range(index, start_after=after,
+                                              limit=min(batch, scan_budget - scanned))
+            scanned += len(entries)
+            found = await self._store.get_many([self._keys.task(kv.value.decode())
+                                                for kv in entries])
+            for entry in entries:
+                after = entry.key
+                kv = found.get(self._keys.task(entry.value.decode()))
+                if kv is None:
+                    continue
+                task = codec.decode_task(kv.value)
+                if ((not wanted or task.status in wanted)
+                        and (not dag_name or task.dag_name == dag_name)
+                        and all(task.labels.get(k) == v for k, v in labels.items())
+                        and (match is None or match(task))):
+                    out.append(task)
+                    if len(out) >= limit:
+                        break
+            if len(entries) < batch:
+                return out, None  # the index has no more keys
+            # Residual filters rejected some: read more per round trip, up to a page.
+            batch = min(batch * 2, 1000)
+        return out, (encode_cursor(index, after) if after else None)
+
+    async def count_active(self, principal: str, *, cap: int) -> int:
+        """Unfinished tasks ``principal`` submitted, counted up to ``cap`` from the
+        active-by-principal index (reads at most ``cap`` keys, whatever the store holds)."""
+        return len(await self._store.range(self._keys.active_by(principal), limit=cap))
+
+    async def unfinished_tasks(self) -> list[TaskRecord]:
+        """Every task not in a final status, from the status index (finished tasks are
+        never read)."""
+        out: list[TaskRecord] = []
+        for status in (TaskStatus.RUNNING, TaskStatus.PAUSED):
+            index = self._keys.by_status(status.value)
+            after: str | None = None
+            while True:
+                entries = await self._store.range(index, start_after=after, limit=1000)
+                if not entries:
+                    break
+                after = entries[-1].key
+                found = await self._store.get_many([self._keys.task(kv.value.decode())
+                                                    for kv in entries])
+                for kv in found.values():
+                    task = codec.decode_task(kv.value)
+                    if not task.status.final:
+                        out.append(task)
+        return sorted({t.task_id: t for t in out}.values(), key=lambda t: t.task_id)
+
+    async def ensure_indexes(self) -> int:
+        """Enter every task stored before the indexes existed, once per store.
+
+        Skipped when the ``index_version`` marker holds :data:`INDEX_VERSION`. Each task
+        is indexed by a transaction that compares its record's mod_revision, so a task
+        changing meanwhile is re-read rather than indexed with a stale status; the puts
+        are idempotent, so replicas racing here do no harm. Returns the tasks indexed.
+        """
+        marker = self._keys.index_version()
+        kv = await self._store.get(marker)
+        if kv is not None and kv.value.decode() == INDEX_VERSION:
+            return 0
+        prefix = self._keys.tasks()
+        after: str | None = None
+        done = 0
+        while True:
+            kvs = await self._store.range(prefix, start_after=after, limit=500)
+            if not kvs:
+                break
+            after = kvs[-1].key
+            for task_kv in kvs:
+                current: KeyValue | None = task_kv
+                while current is not None:
+                    task = codec.decode_task(current.value)
+                    ops: list[Op] = [Put(k, task.task_id.encode())
+                                     for k in sorted(index_keys(self._keys, task))]
+                    result = await self._store.txn(
+                        [Mod(current.key) == current.mod_revision], ops, [Get(current.key)])
+                    current = None if result.succeeded else (result.reads[0] or (None,))[0]
+                done += 1
+        await self._store.txn([], [Put(marker, INDEX_VERSION.encode())])
+        return done
+
+    # ------------------------------------------------------------------ timelines
+
+    async def events(self, task_id: str) -> list[Event]:
+        """A task's whole timeline, sorted by (seq, event id)."""
+        kvs = await self._store.range(self._keys.events(task_id))
+        return sorted((_event_with_seq(kv) for kv in kvs), key=lambda e: (e.seq, e.event_id))
+
+    async def events_page(self, task_id: str, *, after: str = "", max_seq: int = 0,
+                          limit: int = 1000, settled: bool = False,
+                          ) -> tuple[list[Event], str, int]:
+        """One page of a task's events, sought by event key rather than read whole.
+
+        Events are keyed by a time-ordered id; the page reads ``limit`` keys after
+        ``after`` (extended so a transaction is never split). A transition decided
+        before another can still commit after it, so unless the task was already final
+        (``settled``: nothing commits any more), the last :data:`LATE_EVENT_WINDOW`
+        seconds of keys up to the page's end are re-read for events committed after
+        ``max_seq``, the highest seq returned so far.
+
+        Returns:
+            The events sorted by (seq, event id), the key to continue after, and the
+            highest seq returned (``max_seq`` when the page is empty).
+        """
+        prefix = self._keys.events(task_id)
+        kvs = await self._store.range(prefix, start_after=prefix + after if after else None,
+                                      limit=limit)
+        full = len(kvs) == limit
+        while full:
+            more = await self._store.range(prefix, start_after=kvs[-1].key, limit=64)
+            seq = kvs[-1].create_revision
+            same: list[KeyValue] = []
+            for kv in more:
+                if kv.create_revision != seq:
+                    break
+                same.append(kv)
+            kvs += same
+            full = len(same) == len(more) == 64
+        last = kvs[-1].key[len(prefix):] if kvs else after
+        if not settled:
+            window = _event_id(self.clock() - LATE_EVENT_WINDOW)[:17]
+            seen = {kv.key for kv in kvs}
+            start: str | None = prefix + window
+            while start is not None:
+                late = await self._store.range(prefix, start_after=start, limit=500)
+                start = late[-1].key if len(late) == 500 else None
+                for kv in late:
+                    if kv.key[len(prefix):] > last:
+                        start = None
+                        break
+                    if kv.create_revision > max_seq and kv.key not in seen:
+                        kvs.append(kv)
+        events = sorted((_event_with_seq(kv) for kv in kvs), key=lambda e: (e.seq, e.event_id))
+        return events, last, max([max_seq, *(e.seq for e in events)])
+
+    async def watch_events(self, task_id: str, *, start_revision: int) -> AsyncIterator[Event]:
+        """A task's events as they commit, from ``start_revision`` on (each with its
+        seq), for as long as the caller iterates.
+
+        Read :meth:`revision` before replaying what is already stored and start here
+        right after it, so an event committed in between is seen (twice at worst: the
+        caller dedupes by seq and event id).
+
+        Raises:
+            RevisionCompacted: ``start_revision`` is older than the store keeps.
+        """
+        async for change in self._store.watch(self._keys.events(task_id),
+                                              start_revision=start_revision):
+            if change.kind == "put":
+                yield _event_with_seq(change.kv)
