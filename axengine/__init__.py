@@ -2,13 +2,16 @@
 
     import axengine as ax
     result = ax.run("dags/financial_risk_assessment.yaml", {"pdf_url": "..."})
+
+    with ax.Client("http://127.0.0.1:8080", token=TOKEN) as client:   # an ax api server
+        result = client.run("dags/financial_risk_assessment.yaml", {"pdf_url": "..."})
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["RunResult", "aresume", "arun", "resume", "run"]
+__all__ = ["AsyncClient", "Client", "RunResult", "aresume", "arun", "resume", "run"]
 __version__ = "0.1.0"
 
 
@@ -19,11 +22,11 @@ def __getattr__(name: str) -> Any:
 
         return getattr(sdk, name)
     if name == "RunResult":
-        from axengine.local import RunResult
+        from axengine.wire import RunResult
 
         return RunResult
-    if name == "Client":
-        from axengine.client import Client
+    if name in ("Client", "AsyncClient"):
+        from axengine import client
 
-        return Client
+        return getattr(client, name)
     raise AttributeError(f"module 'axengine' has no attribute {name!r}")

@@ -25,22 +25,35 @@ gate are results (see ``axengine.engine``), not exceptions.
     │   └── RevisionCompacted       a watch/read asked for a compacted revision
     ├── QueueError                  the work queue failed             (retryable)
     ├── BlobError                   blob missing or its sha256 does not match
-    └── NodeError                   a node handler failed (retryable unless said so)
+    └── ApiUnavailable              a client cannot reach the ax API  (retryable)
+
+:data:`ERROR_CODES` is the one table from these classes to what the API answers: HTTP
+status, ``error.type`` of REST bodies and gRPC status code (by name, so this module needs
+no grpc). The server's adapters (``axengine.api._errors``), the REST client
+(``axengine.client``) and the executor's gRPC client (``axengine.worker.grpc_client``)
+all derive their mappings from it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 __all__ = [
+    "ERROR_CODES",
+    "INTERNAL_ERROR",
+    "REST_ONLY_TYPES",
+    "UNREACHABLE_GRPC",
+    "UNREACHABLE_HTTP",
+    "ApiUnavailable",
     "AxError",
     "BlobError",
     "Conflict",
     "DagError",
     "DagProblem",
+    "ErrorCode",
     "Forbidden",
     "InputError",
-    "NodeError",
     "NotFound",
     "QueueError",
     "QuotaExceeded",
@@ -51,6 +64,9 @@ __all__ = [
     "TemplateLimitError",
     "TemplateSecurityError",
     "Unauthorized",
+    "class_for_grpc",
+    "class_for_http",
+    "code_of",
 ]
 
 
@@ -165,15 +181,124 @@ class BlobError(AxError):
     """A blob is missing or its content does not match its sha256."""
 
 
-class NodeError(AxError):
-    """A node handler failed.
+class ApiUnavailable(AxError):
+    """The ax API cannot be reached: connection refused or dropped, a timeout, or a proxy
+    answering 502/503/504 in its place. Raised by clients, never by the server."""
 
-    Args:
-        message: What went wrong.
-        retryable: False when retrying the same input cannot help (bad input, malformed
-            output); such a failure skips the remaining attempts.
+    retryable = True
+
+
+# ---------------------------------------------------------------------------- the table
+
+
+@dataclass(frozen=True)
+class ErrorCode:
+    """How the API answers one class of error, on either wire.
+
+    Attributes:
+        error: The class (its subclasses share the row).
+        http: HTTP status code.
+        type: ``error.type`` of REST error bodies (a subclass sends its own class name).
+        grpc: Name of the ``grpc.StatusCode``.
+        grpc_state: gRPC code when the error means "not valid in the current state"
+            rather than "already exists" (only ``Conflict`` differs); ``""``: as ``grpc``.
+        generic: This class stands for its HTTP status and gRPC codes when an answer
+            names no class: every gRPC answer, a REST body without a known ``type``.
+            At most one row is generic for a status or a code.
     """
 
-    def __init__(self, message: str, *, retryable: bool = True) -> None:
-        super().__init__(message)
-        self.retryable = retryable
+    error: type[AxError]
+    http: int
+    type: str
+    grpc: str
+    grpc_state: str = ""
+    generic: bool = False
+
+    @property
+    def grpc_codes(self) -> tuple[str, ...]:
+        """Every gRPC code the row is answered with."""
+        return (self.grpc, self.grpc_state) if self.grpc_state else (self.grpc,)
+
+
+#: ``ErrorCode`` rows in match order: subclasses before their bases.
+ERROR_CODES: tuple[ErrorCode, ...] = (
+    ErrorCode(DagError, 400, "DagError", "INVALID_ARGUMENT"),
+    ErrorCode(TemplateError, 400, "TemplateError", "INVALID_ARGUMENT"),
+    ErrorCode(InputError, 400, "InputError", "INVALID_ARGUMENT", generic=True),
+    ErrorCode(Unauthorized, 401, "Unauthorized", "UNAUTHENTICATED", generic=True),
+    # Not generic: gRPC also answers RESOURCE_EXHAUSTED for a message over its size limit.
+    ErrorCode(QuotaExceeded, 429, "QuotaExceeded", "RESOURCE_EXHAUSTED"),
+    ErrorCode(Forbidden, 403, "Forbidden", "PERMISSION_DENIED", generic=True),
+    ErrorCode(NotFound, 404, "NotFound", "NOT_FOUND", generic=True),
+    ErrorCode(Conflict, 409, "Conflict", "ALREADY_EXISTS", "FAILED_PRECONDITION",
+              generic=True),
+    ErrorCode(StoreUnavailable, 503, "StoreUnavailable", "UNAVAILABLE"),
+    ErrorCode(QueueError, 503, "QueueError", "UNAVAILABLE"),
+)
+
+#: Everything else: a bug or an unexpected backend failure (its message is not shown).
+INTERNAL_ERROR = ErrorCode(AxError, 500, "InternalError", "INTERNAL")
+
+#: ``error.type`` of rejections made by the REST layer before any operation runs; a
+#: client raises :class:`InputError` for them.
+REST_ONLY_TYPES: Mapping[int, str] = {
+    405: "MethodNotAllowed", 413: "PayloadTooLarge", 415: "UnsupportedMediaType"}
+
+#: Answers that come from the way to the API rather than from it (a proxy, a timeout, a
+#: connection that broke): a client raises :class:`ApiUnavailable` for them when the
+#: answer names no class of the table.
+UNREACHABLE_HTTP = frozenset({408, 429, 502, 503, 504})
+UNREACHABLE_GRPC = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED"})
+
+
+def code_of(exc: BaseException) -> ErrorCode:
+    """The row that answers ``exc`` (:data:`INTERNAL_ERROR` when none does)."""
+    for row in ERROR_CODES:
+        if isinstance(exc, row.error):
+            return row
+    return INTERNAL_ERROR
+
+
+def _named(type_: str) -> type[AxError] | None:
+    # A class of the table or one of its subclasses (TemplateSecurityError...).
+    stack: list[type[AxError]] = [row.error for row in ERROR_CODES]
+    while stack:
+        cls = stack.pop()
+        if cls.__name__ == type_:
+            return cls
+        stack.extend(cls.__subclasses__())
+    return None
+
+
+def class_for_http(status: int, type_: str = "") -> type[AxError]:
+    """The class a REST error answer stands for, by its ``error.type`` first.
+
+    Args:
+        status: The HTTP status.
+        type_: ``error.type`` of the body (``""`` when the body is not ours).
+    """
+    named = _named(type_) if type_ else None
+    if named is not None:
+        return named
+    if type_ in REST_ONLY_TYPES.values():
+        return InputError
+    if type_ == INTERNAL_ERROR.type:
+        return AxError
+    for row in ERROR_CODES:
+        if row.generic and row.http == status:
+            return row.error
+    if status in UNREACHABLE_HTTP:
+        return ApiUnavailable
+    if status in REST_ONLY_TYPES:
+        return InputError
+    return AxError
+
+
+def class_for_grpc(code: str) -> type[AxError]:
+    """The class a gRPC status code (by name: ``"NOT_FOUND"``) stands for."""
+    for row in ERROR_CODES:
+        if row.generic and code in row.grpc_codes:
+            return row.error
+    if code in UNREACHABLE_GRPC:
+        return ApiUnavailable
+    return AxError

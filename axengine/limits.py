@@ -15,6 +15,9 @@ Text is parsed with :func:`parse_json_text`, which refuses ``NaN``/``Infinity`` 
 and turns the parser's own ``RecursionError`` on absurd nesting (100,000 levels) into an
 :class:`~axengine.errors.InputError` instead of a crash. Every refusal names the field
 and the limit.
+
+Values are written with :func:`canonical_json`, ax's one canonical JSON text (sorted keys,
+compact, UTF-8, no NaN or infinities): what is hashed, stored and compared.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from axengine.errors import InputError
 __all__ = [
     "MAX_JSON_BYTES",
     "MAX_JSON_DEPTH",
+    "canonical_json",
     "check_json_value",
     "json_depth",
     "parse_json_text",
@@ -45,6 +49,32 @@ MAX_JSON_DEPTH = 64
 MAX_JSON_BYTES = 8 * 1024 * 1024
 
 _SCALARS = (str, int, float, bool, type(None))
+
+_CANONICAL = json.JSONEncoder(separators=(",", ":"), sort_keys=True, ensure_ascii=False,
+                              allow_nan=False)
+
+
+def canonical_json(value: Any, field: str = "value") -> str:
+    """Render a JSON value the way ax stores and hashes it.
+
+    Compact separators, sorted keys, UTF-8 text (no ``\\u`` escapes for non-ASCII), and
+    no NaN or infinities, so equal values always give equal text.
+
+    Args:
+        value: The value.
+        field: What the caller calls it, for the error message.
+
+    Raises:
+        InputError: ``value`` holds a NaN or an infinity, an integer past Python's
+            int-to-text digit limit, or something JSON cannot represent (a set, bytes,
+            object keys of mixed types...); the message names ``field``.
+    """
+    try:
+        return _CANONICAL.encode(value)
+    except RecursionError:
+        raise InputError(f"{field} is nested too deeply to write as JSON") from None
+    except (ValueError, TypeError) as exc:
+        raise InputError(f"{field} is not standard JSON: {exc}") from None
 
 
 def _refuse_constant(name: str) -> NoReturn:
@@ -108,11 +138,7 @@ def check_json_value(value: Any, field: str, *, max_depth: int = MAX_JSON_DEPTH,
                 stack.append((child, depth, where))
         else:
             stack.extend((child, depth, where) for child in item)
-    try:
-        data = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
-                          allow_nan=False).encode()
-    except ValueError as exc:  # an integer past Python's int-to-text digit limit
-        raise InputError(f"{field}: {exc}") from None
+    data = canonical_json(value, field).encode()  # the walk left only the digit limit
     if len(data) > max_bytes:
         raise InputError(f"{field} is {len(data)} bytes of JSON; the limit is {max_bytes}")
     return data

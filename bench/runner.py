@@ -369,7 +369,7 @@ class Runner:
         with self._section("api") as out:
             self._stop_servers()
             missing = [p for p in ("tests/topology.py", "axengine/api/_server.py",
-                                   "axengine/client.py") if not (ROOT / p).exists()]
+                                   "axengine/client") if not (ROOT / p).exists()]
             if missing:
                 out.update(status="not measured yet", reason=f"missing: {', '.join(missing)}")
                 self.progress(f"  api: not measured yet ({out['reason']})")

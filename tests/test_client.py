@@ -3,7 +3,8 @@
 The topology (tests/topology.py) runs etcd, Redis, the API and one executor as real
 processes; every test here goes through REST with a bearer token. Pure parts of the
 client (error mapping, the event-stream parser, retry on a refused connection) are
-tested without a server at the end.
+tested without a server at the end; ``tests/test_wire.py`` covers the vocabulary and
+the error table they share with the server.
 """
 
 from __future__ import annotations
@@ -19,9 +20,11 @@ import pytest
 
 import axengine as ax
 from axengine.cli import main as cli_main
-from axengine.client import AsyncClient, Client, _SseParser, error_from_response
+from axengine.client import AsyncClient, Client, error_from_response
+from axengine.client._core import SseParser
 from axengine.dag import load_dag
 from axengine.errors import (
+    ApiUnavailable,
     AxError,
     Conflict,
     DagError,
@@ -32,7 +35,7 @@ from axengine.errors import (
     TemplateSecurityError,
     Unauthorized,
 )
-from axengine.local import RunResult
+from axengine.wire import RunResult
 from tests.servers import free_port
 from tests.topology import REPO, Topology, wait_until
 
@@ -263,11 +266,11 @@ def test_ax_run_with_server_prints_the_summary_and_exit_codes(
 # ---------------------------------------------------------------------- no server
 
 
-def test_a_refused_connection_is_retried_then_raised_as_store_unavailable() -> None:
+def test_a_refused_connection_is_retried_then_raised_as_api_unavailable() -> None:
     port = free_port()
     started = time.monotonic()
     with Client(f"http://127.0.0.1:{port}", "t", retry_for=0.5) as dead, \
-            pytest.raises(StoreUnavailable, match="cannot reach"):
+            pytest.raises(ApiUnavailable, match="cannot reach"):
         dead.get("t-1")
     assert 0.1 < time.monotonic() - started < 5
 
@@ -282,7 +285,7 @@ def test_transport_errors_after_sending_are_retried_only_when_harmless() -> None
     def attempts(call: Callable[[Client], object]) -> int:
         calls.clear()
         with Client("http://ax.test", transport=httpx.MockTransport(handler),
-                    retry_for=0.3) as c, pytest.raises(StoreUnavailable, match="ReadError"):
+                    retry_for=0.3) as c, pytest.raises(ApiUnavailable, match="ReadError"):
             call(c)
         return len(calls)
 
@@ -307,7 +310,10 @@ def test_transport_errors_after_sending_are_retried_only_when_harmless() -> None
     (413, {"error": {"type": "PayloadTooLarge", "message": "body too large"}}, InputError),
     (503, {"error": {"type": "StoreUnavailable", "message": "etcd down"}}, StoreUnavailable),
     (500, {"error": {"type": "InternalError", "message": "internal error"}}, AxError),
-    (502, "<html>bad gateway</html>", StoreUnavailable),
+    (502, "<html>bad gateway</html>", ApiUnavailable),
+    (504, "", ApiUnavailable),
+    (400, "not ours", InputError),
+    (418, "teapot", AxError),
 ])
 def test_error_types_map_back_to_classes(status: int, body: object,
                                          cls: type[AxError]) -> None:
@@ -316,7 +322,7 @@ def test_error_types_map_back_to_classes(status: int, body: object,
         message = body["error"]["message"]
     else:
         response = httpx.Response(status, text=str(body))
-        message = f"HTTP {status}: {body}"
+        message = f"HTTP {status}: {body or response.reason_phrase}"
     error = error_from_response(response)
     assert type(error) is cls
     assert str(error) == message
@@ -335,7 +341,7 @@ def test_dag_error_problems_are_rebuilt_with_the_source_file() -> None:
 
 
 def test_sse_parser_yields_messages_and_skips_keepalives() -> None:
-    parser = _SseParser()
+    parser = SseParser()
     lines = [": keepalive", "id: 7", 'data: {"seq": 7}', "", "", "event: end",
              'data: {"status": "SUCCEEDED"}', ""]
     messages = [m for m in map(parser.feed, lines) if m is not None]
@@ -352,3 +358,63 @@ def test_token_is_sent_as_a_bearer_header() -> None:
     with Client("http://ax.test/", "s3cret", transport=httpx.MockTransport(handler)) as c:
         assert c.get("t-9")["task_id"] == "t-9"
     assert seen == ["Bearer s3cret"]
+
+
+def _fake_server() -> Callable[[httpx.Request], httpx.Response]:
+    """A task that runs one node: RUNNING until its event stream has been read, then
+    SUCCEEDED. Enough to drive the wait loop of both clients without a server."""
+    events = [
+        {"task_id": "t-1", "event_id": "e1", "seq": 5, "kind": "claimed", "at": 1.0,
+         "node_id": "a", "state": "RUNNING", "attempt": 1, "fence": 1, "actor": "w",
+         "detail": ""},
+        {"task_id": "t-1", "event_id": "e2", "seq": 6, "kind": "committed", "at": 2.0,
+         "node_id": "a", "state": "SUCCEEDED", "attempt": 1, "fence": 1, "actor": "w",
+         "detail": ""},
+    ]
+    streamed: list[int] = []
+
+    def task() -> dict[str, object]:
+        state = "SUCCEEDED" if streamed else "RUNNING"
+        return {"task_id": "t-1", "dag_hash": "h", "dag_name": "d", "status": state,
+                "nodes": {"a": {"node_id": "a", "type": "tool_call", "state": state,
+                                "output": {"ok": True} if streamed else None}}}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        if path == "/v1/tasks/t-1":
+            return httpx.Response(200, json=task())
+        if path == "/v1/tasks/t-1/events":
+            return httpx.Response(200, json={"events": events, "last_seq": 6,
+                                             "next_page_token": None})
+        if path == "/v1/tasks/t-1/watch":
+            assert request.headers["accept"] == "text/event-stream"
+            streamed.append(int(request.url.params["after_seq"]))
+            text = ": keepalive\n\n" + "".join(
+                f"id: {e['seq']}\ndata: {json.dumps(e)}\n\n" for e in events)
+            text += 'event: end\ndata: {"task_id": "t-1", "status": "SUCCEEDED"}\n\n'
+            return httpx.Response(200, text=text,
+                                  headers={"content-type": "text/event-stream"})
+        return httpx.Response(404, json={"error": {"type": "NotFound", "message": path}})
+
+    return handler
+
+
+def test_both_clients_run_the_same_wait_loop_without_a_server() -> None:
+    seen: list[str] = []
+    with Client("http://ax.test", transport=httpx.MockTransport(_fake_server())) as c:
+        result = c.wait("t-1", timeout=10, on_event=lambda e: seen.append(e.kind))
+
+    async def scenario() -> tuple[RunResult, list[str]]:
+        kinds: list[str] = []
+        async with AsyncClient("http://ax.test",
+                               transport=httpx.MockTransport(_fake_server())) as ac:
+            done = await ac.wait("t-1", timeout=10, on_event=lambda e: kinds.append(e.kind))
+            watched = [e.kind async for e in ac.watch("t-1")]
+            assert watched == ["claimed", "committed"]
+            with pytest.raises(NotFound):
+                await ac.get("t-2")
+            return done, kinds
+
+    assert seen == ["claimed", "committed"]
+    assert result.ok and list(result.path) == ["a"] and result.outputs == {"a": {"ok": True}}
+    assert asyncio.run(scenario()) == (result, seen)

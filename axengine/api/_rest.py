@@ -13,7 +13,9 @@ sees them (the stock parser accepts both, and crashes on 100,000 levels).
 
 Routes then check the role the operation needs (403), validate the body with strict
 pydantic models (unknown fields are errors), and call the engine through
-:mod:`axengine.api._ops`. Every error leaves as ``{"error": {"type", "message"}}`` with
+:mod:`axengine.api._ops`. Replies are the JSON of :mod:`axengine.wire`, sent as it is;
+each route declares its reply model (:mod:`axengine.api._models`) so the OpenAPI document
+describes every answer. Every error leaves as ``{"error": {"type", "message"}}`` with
 the status of :mod:`axengine.api._errors`.
 """
 
@@ -24,14 +26,13 @@ import json
 import logging
 import re
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Header, Query, Request, Security
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -39,9 +40,27 @@ from axengine import limits
 from axengine.api import _ops as ops
 from axengine.api._auth import ANONYMOUS, Authenticator, Principal
 from axengine.api._errors import error_body, problem_json, status_of
+from axengine.api._models import (
+    CancelBody,
+    DagReply,
+    DecisionBody,
+    DecisionReply,
+    ErrorBody,
+    EventPage,
+    HealthReply,
+    ReadyReply,
+    RetryBody,
+    SubmitBody,
+    SubmitReply,
+    TaskActionReply,
+    TaskPage,
+    TaskWithNodes,
+    ValidateBody,
+    ValidateReply,
+)
 from axengine.api._quotas import UNLIMITED, Quotas
 from axengine.engine import Engine
-from axengine.errors import AxError, InputError, Unauthorized
+from axengine.errors import ERROR_CODES, REST_ONLY_TYPES, AxError, InputError, Unauthorized
 from axengine.metrics import CONTENT_TYPE_LATEST, AxMetrics
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "create_app"]
@@ -57,8 +76,9 @@ SSE_KEEPALIVE = 15.0
 
 _PRINCIPAL = "ax.principal"
 _WWW_AUTH = 'Bearer realm="ax"'
-_HTTP_TYPES = {400: "InputError", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound",
-               405: "MethodNotAllowed", 413: "PayloadTooLarge", 415: "UnsupportedMediaType"}
+#: ``error.type`` of the HTTP errors Starlette raises itself (unknown route, 405...).
+_HTTP_TYPES = {**{row.http: row.type for row in ERROR_CODES if row.generic},
+               **REST_ONLY_TYPES}
 
 
 def _json_response(status: int, body: Any, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -282,52 +302,6 @@ class _StrictJsonRoute(APIRoute):
         return strict
 
 
-# ---------------------------------------------------------------------------- models
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class SubmitBody(_Strict):
-    """``POST /v1/tasks``: exactly one of ``dag``, ``dag_yaml``, ``dag_hash``."""
-
-    dag: dict[str, Any] | None = Field(None, description="the DAG as a JSON mapping")
-    dag_yaml: str | None = Field(None, description="the DAG document (YAML)")
-    dag_hash: str | None = Field(None, description="a DAG stored earlier")
-    input: Any = Field(None, description="task input (absent: {})")
-    idempotency_key: str | None = Field(None, min_length=1, max_length=256)
-    labels: dict[str, str] = Field(default_factory=dict)
-    priority: int = Field(0, strict=True, ge=-(2**31), le=2**31 - 1)
-    deadline_seconds: float | None = Field(None, gt=0)
-
-
-class SubmitReply(BaseModel):
-    task_id: str
-    created: bool
-    dag_hash: str
-
-
-class DecisionBody(_Strict):
-    decision: Literal["approve", "reject"]
-    comment: str = Field("", max_length=2000)
-
-
-class CancelBody(_Strict):
-    reason: str = Field("", max_length=500)
-
-
-class RetryBody(_Strict):
-    from_node: str = Field(min_length=1)
-    input: Any = Field(None, description="override of the node's rendered input")
-
-
-class ValidateBody(_Strict):
-    dag_yaml: str | None = None
-    dag: dict[str, Any] | None = None
-    file: str = Field(ops.REQUEST_FILE, max_length=256)
-
-
 # ---------------------------------------------------------------------------- errors
 
 
@@ -383,6 +357,35 @@ def _install_error_handlers(app: FastAPI) -> None:
 
 
 # ---------------------------------------------------------------------------- app
+
+
+class _EventStream(StreamingResponse):
+    media_type = "text/event-stream"
+
+
+class _PrometheusText(Response):
+    media_type = CONTENT_TYPE_LATEST
+
+
+_ERROR_DOC = ("the error body; `error.type` names the AxError class (see docs/api.md, "
+              "Errors)")
+#: Error answers of a JSON route (FastAPI's 422 is never sent: validation is a 400).
+_ERRORS: dict[int | str, dict[str, Any]] = {
+    "4XX": {"model": ErrorBody, "description": _ERROR_DOC},
+    "5XX": {"model": ErrorBody, "description": _ERROR_DOC},
+}
+#: The same for the watch stream, whose errors before the stream starts are JSON too.
+_STREAM_ERRORS: dict[int | str, dict[str, Any]] = {
+    key: {"description": _ERROR_DOC, "content": {"application/json": {"schema": {
+        "$ref": "#/components/schemas/ErrorBody"}}}}
+    for key in ("4XX", "5XX")
+}
+_WATCH_FORMAT = (
+    "Server-sent events. One message per event: `id: <seq>` and `data: <Event JSON>` (the "
+    "EventJson schema); when the task is final, `event: end` with `data: {\"task_id\", "
+    "\"status\"}`; a store failure while following, `event: error` with the ErrorBody "
+    "JSON; `: keepalive` comments every 15 s of silence."
+)
 
 _bearer = HTTPBearer(auto_error=False, description="a token of the tokens file")
 
@@ -442,15 +445,17 @@ def create_app(*, engine: Engine, auth: Authenticator | None, metrics: AxMetrics
     app.add_middleware(BodyLimitMiddleware, max_bytes=max_body_bytes)
     app.add_middleware(RequestCountMiddleware, metrics=metrics)
 
-    @app.get("/healthz", tags=["ops"])
-    async def healthz() -> dict[str, str]:
+    @app.get("/healthz", tags=["ops"], response_model=HealthReply)
+    async def healthz() -> Response:
         """The process is alive."""
-        return {"status": "ok"}
+        return _json_response(200, {"status": "ok"})
 
-    @app.get("/readyz", tags=["ops"])
+    @app.get("/readyz", tags=["ops"], response_model=ReadyReply,
+             responses={503: {"model": ReadyReply, "description": "not ready (the failing "
+                                                                   "part says why)"}})
     async def readyz() -> Response:
         """The store and the queue answer (503 otherwise, and while shutting down)."""
-        store = await _probe(engine.store.revision())
+        store = await _probe(engine.revision())
         queue = await _probe(engine.queue.depth("default"))
         ready = store == "ok" and queue == "ok" and not stop.is_set()
         body: dict[str, Any] = {"ready": ready, "store": store, "queue": queue}
@@ -458,13 +463,16 @@ def create_app(*, engine: Engine, auth: Authenticator | None, metrics: AxMetrics
             body["stopping"] = True
         return _json_response(200 if ready else 503, body)
 
-    @app.get("/metrics", tags=["ops"])
+    @app.get("/metrics", tags=["ops"], response_class=_PrometheusText,
+             responses={200: {"description": "Prometheus text exposition format"}})
     async def prometheus() -> Response:
         """Prometheus text exposition."""
         return Response(await metrics.render(engine), media_type=CONTENT_TYPE_LATEST)
 
     @app.post("/v1/tasks", status_code=201, response_model=SubmitReply, tags=["tasks"],
-              responses={200: {"description": "an idempotent repeat (created: false)"}})
+              responses={200: {"model": SubmitReply,
+                               "description": "an idempotent repeat (created: false)"},
+                          **_ERRORS})
     async def submit(
         body: SubmitBody, who: Submitter,
         idempotency_header: Annotated[str | None, Header(alias="Idempotency-Key",
@@ -487,41 +495,44 @@ def create_app(*, engine: Engine, auth: Authenticator | None, metrics: AxMetrics
         reply = {"task_id": result.task_id, "created": result.created, "dag_hash": dag.hash}
         return _json_response(201 if result.created else 200, reply)
 
-    @app.get("/v1/tasks", tags=["tasks"])
+    @app.get("/v1/tasks", tags=["tasks"], response_model=TaskPage, responses=_ERRORS)
     async def list_tasks(
         who: Reader,
         status: Annotated[list[str] | None, Query()] = None,
         dag: str = "", label: str = "",
         limit: Annotated[int, Query(ge=1, le=ops.MAX_PAGE)] = ops.DEFAULT_PAGE,
         page_token: str = "",
-    ) -> dict[str, Any]:
+    ) -> Response:
         """Tasks newest first, one page at a time (an opaque `next_page_token`)."""
         tasks, token = await ops.list_page(
             engine, statuses=status or (), dag_name=dag,
             selector=ops.parse_label_selector(label), limit=limit, page_token=page_token)
-        return {"tasks": [ops.task_json(t) for t in tasks], "next_page_token": token}
+        return _json_response(200, {"tasks": [ops.task_json(t) for t in tasks],
+                                    "next_page_token": token})
 
-    @app.get("/v1/tasks/{task_id}", tags=["tasks"])
-    async def get_task(task_id: str, who: Reader) -> dict[str, Any]:
+    @app.get("/v1/tasks/{task_id}", tags=["tasks"], response_model=TaskWithNodes,
+             responses=_ERRORS)
+    async def get_task(task_id: str, who: Reader) -> Response:
         """A task and the snapshots of its nodes."""
-        return await ops.task_view_json(engine, task_id)
+        return _json_response(200, await ops.task_view_json(engine, task_id))
 
-    @app.get("/v1/tasks/{task_id}/events", tags=["tasks"])
+    @app.get("/v1/tasks/{task_id}/events", tags=["tasks"], response_model=EventPage,
+             responses=_ERRORS)
     async def get_events(
         task_id: str, who: Reader,
         after_seq: Annotated[int, Query(ge=0)] = 0,
         limit: Annotated[int, Query(ge=1, le=ops.MAX_PAGE * 10)] = ops.DEFAULT_EVENTS,
         page_token: Annotated[str, Query(max_length=512)] = "",
-    ) -> dict[str, Any]:
+    ) -> Response:
         """The task's events in commit order, one page at a time (pass
         ``next_page_token`` back as ``page_token``)."""
         events, last, token = await ops.events_page(engine, task_id, after_seq=after_seq,
                                                     limit=limit, page_token=page_token)
-        return {"events": [ops.event_json(e) for e in events], "last_seq": last,
-                "next_page_token": token}
+        return _json_response(200, {"events": [ops.event_json(e) for e in events],
+                                    "last_seq": last, "next_page_token": token})
 
-    @app.get("/v1/tasks/{task_id}/watch", tags=["tasks"],
-             responses={200: {"content": {"text/event-stream": {}}}})
+    @app.get("/v1/tasks/{task_id}/watch", tags=["tasks"], response_class=_EventStream,
+             responses={200: {"description": _WATCH_FORMAT}, **_STREAM_ERRORS})
     async def watch(
         task_id: str, who: Reader,
         after_seq: Annotated[int, Query(ge=0)] = 0,
@@ -537,44 +548,51 @@ def create_app(*, engine: Engine, auth: Authenticator | None, metrics: AxMetrics
                                  headers={"Cache-Control": "no-cache",
                                           "X-Accel-Buffering": "no"})
 
-    @app.post("/v1/tasks/{task_id}/nodes/{node_id}/decision", tags=["gates"])
+    @app.post("/v1/tasks/{task_id}/nodes/{node_id}/decision", tags=["gates"],
+              response_model=DecisionReply, responses=_ERRORS)
     async def decide(task_id: str, node_id: str, body: DecisionBody,
-                     who: Approver) -> dict[str, Any]:
+                     who: Approver) -> Response:
         """Approve or reject a paused human gate (recorded with the token's name)."""
         result = await engine.decide(task_id, node_id, decision=body.decision, by=who.name,
                                      comment=body.comment)
         snap, node_type = await ops.node_snapshot(engine, task_id, node_id)
-        return {"result": result, "node": ops.node_json(snap, node_type)}
+        return _json_response(200, {"result": result, "node": ops.node_json(snap, node_type)})
 
-    @app.post("/v1/tasks/{task_id}/cancel", tags=["tasks"])
+    @app.post("/v1/tasks/{task_id}/cancel", tags=["tasks"], response_model=TaskActionReply,
+              responses=_ERRORS)
     async def cancel(task_id: str, who: Admin,
-                     body: CancelBody | None = None) -> dict[str, Any]:
+                     body: CancelBody | None = None) -> Response:
         """Cancel every node not yet final."""
         reason = body.reason if body else ""
         by = f"{who.name} ({reason})" if reason else who.name
         result = await engine.cancel(task_id, by=by)
-        return {"result": result, "task": ops.task_json(await ops.require_task(engine, task_id))}
+        task = ops.task_json(await ops.require_task(engine, task_id))
+        return _json_response(200, {"result": result, "task": task})
 
-    @app.post("/v1/tasks/{task_id}/retry", tags=["tasks"])
-    async def retry(task_id: str, body: RetryBody, who: Admin) -> dict[str, Any]:
+    @app.post("/v1/tasks/{task_id}/retry", tags=["tasks"], response_model=TaskActionReply,
+              responses=_ERRORS)
+    async def retry(task_id: str, body: RetryBody, who: Admin) -> Response:
         """Re-run a node and everything after it."""
         override = body.input if "input" in body.model_fields_set else None
         result = await engine.retry(task_id, body.from_node, input_override=override,
                                     by=who.name)
-        return {"result": result, "task": ops.task_json(await ops.require_task(engine, task_id))}
+        task = ops.task_json(await ops.require_task(engine, task_id))
+        return _json_response(200, {"result": result, "task": task})
 
-    @app.post("/v1/dags/validate", tags=["dags"])
-    async def validate(body: ValidateBody, who: Submitter) -> dict[str, Any]:
+    @app.post("/v1/dags/validate", tags=["dags"], response_model=ValidateReply,
+              responses=_ERRORS)
+    async def validate(body: ValidateBody, who: Submitter) -> Response:
         """Validate a DAG without storing it."""
         dag, problems = await ops.validate_dag(engine, mapping=body.dag,
                                                yaml_text=body.dag_yaml, file=body.file)
-        return {"valid": dag is not None, "problems": [problem_json(p) for p in problems],
-                "hash": dag.hash if dag else None, "name": dag.name if dag else None}
+        return _json_response(200, {
+            "valid": dag is not None, "problems": [problem_json(p) for p in problems],
+            "hash": dag.hash if dag else None, "name": dag.name if dag else None})
 
-    @app.get("/v1/dags/{dag_hash}", tags=["dags"])
-    async def get_dag(dag_hash: str, who: Reader) -> dict[str, Any]:
+    @app.get("/v1/dags/{dag_hash}", tags=["dags"], response_model=DagReply, responses=_ERRORS)
+    async def get_dag(dag_hash: str, who: Reader) -> Response:
         """A stored DAG by content hash."""
-        return ops.dag_json(await engine.get_dag(dag_hash))
+        return _json_response(200, ops.dag_json(await engine.get_dag(dag_hash)))
 
     return app
 

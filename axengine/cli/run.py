@@ -26,6 +26,7 @@ from axengine.credentials import redact_url
 from axengine.engine import Event, TaskRecord, TaskView
 from axengine.errors import AxError, DagError
 from axengine.local import LocalSession, RunResult, load_any_dag
+from axengine.wire import result_json
 
 
 def register(sub: Any) -> None:
@@ -183,11 +184,7 @@ async def _prompt_gate(view: TaskView, gate: str) -> str | None:
 
 def _summary(args: argparse.Namespace, result: RunResult, view: TaskView, elapsed: float) -> int:
     if args.json:
-        print(json.dumps({
-            "task_id": result.task_id, "status": result.status, "path": list(result.path),
-            "states": dict(result.states), "outputs": dict(result.outputs),
-            "waiting": list(result.waiting), "errors": dict(result.errors),
-        }, indent=2, default=str))
+        print(json.dumps(result_json(result), indent=2, default=str))
     else:
         print()
         print(node_table(view))

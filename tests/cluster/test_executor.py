@@ -21,7 +21,7 @@ import pytest
 
 from axengine.config import AxConfig
 from axengine.dag import load_dag_mapping
-from axengine.errors import Conflict, Forbidden, NotFound, StoreUnavailable, Unauthorized
+from axengine.errors import ApiUnavailable, Forbidden, NotFound, Unauthorized
 from axengine.records import NodeState
 from axengine.wiring import build_runtime
 from axengine.worker import _process
@@ -194,11 +194,15 @@ def test_side_effect_outbox_over_grpc(bare: Topology, bare_client: Any) -> None:
         seen: dict[str, Any] = {}
         async with GrpcEngineClient(bare.grpc_target, token=bare.executor_token) as a, \
                 GrpcEngineClient(bare.grpc_target, token=bare.executor_token) as b:
-            await a.claim(task, "nap", worker="w-a", lease_seconds=3)
+            claimed = await a.claim(task, "nap", worker="w-a", lease_seconds=3)
             seen["before"] = await a.effect_get(key)
-            seen["begin"] = await a.effect_begin(key, task_id=task, node_id="nap")
-            seen["again"] = await a.effect_begin(key, task_id=task, node_id="nap")
-            await a.effect_done(key, {"message_id": "m-1"})
+            fence_a = claimed.request.fence
+            seen["begin"] = await a.effect_begin(key, task_id=task, node_id="nap",
+                                                 fence=fence_a)
+            seen["again"] = await a.effect_begin(key, task_id=task, node_id="nap",
+                                                 fence=fence_a)
+            seen["done"] = await a.effect_done(key, {"message_id": "m-1"}, task_id=task,
+                                               node_id="nap", fence=fence_a)
             seen["after"] = await a.effect_get(key)
             end = time.monotonic() + 20
             taken = await b.claim(task, "nap", worker="w-b", lease_seconds=30)
@@ -206,16 +210,14 @@ def test_side_effect_outbox_over_grpc(bare: Topology, bare_client: Any) -> None:
                 await asyncio.sleep(0.1)  # polling the condition: a's lease has run out
                 taken = await b.claim(task, "nap", worker="w-b", lease_seconds=30)
             seen["taken"] = taken.result
-            try:
-                await a.effect_begin(f"{key}:2", task_id=task, node_id="nap")
-            except Conflict as exc:
-                seen["stale"] = str(exc)
-            try:
-                await a.effect_done(key, {"message_id": "m-late"})
-            except Conflict as exc:
-                seen["stale_done"] = str(exc)
+            seen["stale"] = await a.effect_begin(f"{key}:2", task_id=task, node_id="nap",
+                                                 fence=fence_a)
+            seen["stale_done"] = await a.effect_done(key, {"message_id": "m-late"},
+                                                     task_id=task, node_id="nap",
+                                                     fence=fence_a)
             seen["b_view"] = await b.effect_get(key)
-            seen["b_new"] = await b.effect_begin(f"{key}:2", task_id=task, node_id="nap")
+            seen["b_new"] = await b.effect_begin(f"{key}:2", task_id=task, node_id="nap",
+                                                 fence=taken.request.fence)
         return seen
 
     try:
@@ -227,8 +229,8 @@ def test_side_effect_outbox_over_grpc(bare: Topology, bare_client: Any) -> None:
     assert seen["after"].state == "DONE" and seen["after"].result == {"message_id": "m-1"}
     assert (seen["after"].task_id, seen["after"].node_id) == (task, "nap")
     assert seen["taken"] == "claimed"
-    assert "stale" in seen["stale"]
-    assert "not marked done" in seen["stale_done"]
+    assert seen["done"] == "ok"
+    assert (seen["stale"], seen["stale_done"]) == ("stale", "stale")
     assert seen["b_view"] == seen["after"]  # the late done changed nothing
     assert seen["b_new"] == "NEW"  # a's refused begin changed nothing
 
@@ -258,7 +260,7 @@ def test_client_rides_out_an_api_restart_and_gives_up_after_retry_for(
             started = time.monotonic()
             try:
                 await short.claim(task, "nap", worker="w")
-            except StoreUnavailable:
+            except ApiUnavailable:
                 gave_up = time.monotonic() - started
             else:
                 raise AssertionError("a claim succeeded with the API down")

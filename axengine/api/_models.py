@@ -1,0 +1,243 @@
+"""Pydantic models of the REST API: request bodies, and the replies for the OpenAPI
+document.
+
+Request models validate bodies strictly (unknown fields are errors). Reply models
+describe the JSON that :mod:`axengine.wire` writes; routes send that JSON as it is
+(``JSONResponse``), so a reply model documents the body and never reshapes it.
+``tests/api/test_openapi.py`` checks that the writers' JSON validates against these
+models (no field missing, none unknown).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from axengine.api import _ops as ops
+from axengine.records import NodeState, TaskStatus
+
+__all__ = [
+    "CancelBody",
+    "DagReply",
+    "DecisionBody",
+    "DecisionReply",
+    "ErrorBody",
+    "EventJson",
+    "EventPage",
+    "HealthReply",
+    "NodeJson",
+    "ProblemJson",
+    "ReadyReply",
+    "RetryBody",
+    "SubmitBody",
+    "SubmitReply",
+    "TaskActionReply",
+    "TaskJson",
+    "TaskPage",
+    "TaskWithNodes",
+    "ValidateBody",
+    "ValidateReply",
+]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+# ---------------------------------------------------------------------------- requests
+
+
+class SubmitBody(_Strict):
+    """``POST /v1/tasks``: exactly one of ``dag``, ``dag_yaml``, ``dag_hash``."""
+
+    dag: dict[str, Any] | None = Field(None, description="the DAG as a JSON mapping")
+    dag_yaml: str | None = Field(None, description="the DAG document (YAML)")
+    dag_hash: str | None = Field(None, description="a DAG stored earlier")
+    input: Any = Field(None, description="task input (absent: {})")
+    idempotency_key: str | None = Field(None, min_length=1, max_length=256)
+    labels: dict[str, str] = Field(default_factory=dict)
+    priority: int = Field(0, strict=True, ge=-(2**31), le=2**31 - 1)
+    deadline_seconds: float | None = Field(None, gt=0)
+
+
+class DecisionBody(_Strict):
+    decision: Literal["approve", "reject"]
+    comment: str = Field("", max_length=2000)
+
+
+class CancelBody(_Strict):
+    reason: str = Field("", max_length=500)
+
+
+class RetryBody(_Strict):
+    from_node: str = Field(min_length=1)
+    input: Any = Field(None, description="override of the node's rendered input")
+
+
+class ValidateBody(_Strict):
+    dag_yaml: str | None = None
+    dag: dict[str, Any] | None = None
+    file: str = Field(ops.REQUEST_FILE, max_length=256)
+
+
+# ---------------------------------------------------------------------------- replies
+
+
+class SubmitReply(_Strict):
+    """A submission: the task (the earlier one for an idempotent repeat)."""
+
+    task_id: str
+    created: bool = Field(description="false for an idempotent repeat (HTTP 200)")
+    dag_hash: str
+
+
+class NextHopJson(_Strict):
+    target: str
+    taken: bool
+
+
+class NodeJson(_Strict):
+    """A node snapshot (``axengine.wire.node_json``); times are UNIX seconds, 0 = unset."""
+
+    node_id: str
+    type: str = Field(description="node type of the DAG: tool_call, llm_call, ...")
+    state: NodeState
+    attempt: int
+    fence: int
+    owner: str
+    lease_until: float
+    heartbeat_at: float
+    progress_at: float
+    progress_marker: str
+    input: Any = Field(description="the rendered input: {input, prompt?, description?}")
+    output: Any
+    next_hops: list[NextHopJson]
+    error: str
+    error_retryable: bool
+    evidence: str
+    decision: dict[str, Any] | None = Field(
+        description="a gate's decision: {decision, by, at, comment}")
+    ready_at: float
+    not_before: float
+    started_at: float
+    finished_at: float
+    gate_until: float
+    paused_seconds: float
+
+
+class TaskJson(_Strict):
+    """A task without its nodes (``axengine.wire.task_json``)."""
+
+    task_id: str
+    dag_name: str
+    dag_hash: str
+    status: TaskStatus
+    input: Any
+    priority: int
+    deadline: float
+    labels: dict[str, str]
+    idempotency_key: str
+    counts: dict[str, int] = Field(description="number of nodes per state")
+    created_at: float
+    updated_at: float
+    finished_at: float
+    submitted_by: str
+
+
+class TaskWithNodes(TaskJson):
+    """A task and its node snapshots, by node id in DAG document order."""
+
+    nodes: dict[str, NodeJson]
+
+
+class TaskPage(_Strict):
+    tasks: list[TaskJson]
+    next_page_token: str | None = Field(description="null on the last page")
+
+
+class EventJson(_Strict):
+    """One event of a task's timeline (``axengine.wire.event_json``)."""
+
+    task_id: str
+    event_id: str
+    seq: int = Field(description="store revision of the transaction; shared by its events")
+    kind: str
+    at: float
+    node_id: str
+    state: str
+    attempt: int
+    fence: int
+    actor: str
+    detail: str
+
+
+class EventPage(_Strict):
+    events: list[EventJson]
+    last_seq: int
+    next_page_token: str | None = Field(description="null when the page is short")
+
+
+class DecisionReply(_Strict):
+    result: Literal["committed", "already-done"]
+    node: NodeJson
+
+
+class TaskActionReply(_Strict):
+    """Answer of cancel and retry."""
+
+    result: str = Field(description="committed, or already-done for a repeat")
+    task: TaskJson
+
+
+class ProblemJson(_Strict):
+    """One problem of a DAG (``axengine.wire.problem_json``)."""
+
+    file: str
+    line: int = Field(description="1-based; 0 when unknown (inline DAGs)")
+    node: str | None
+    field: str | None
+    code: str
+    message: str
+    hint: str | None
+
+
+class ValidateReply(_Strict):
+    valid: bool
+    problems: list[ProblemJson]
+    hash: str | None
+    name: str | None
+
+
+class DagReply(_Strict):
+    """A stored DAG (``axengine.wire.dag_json``)."""
+
+    hash: str
+    name: str
+    dag: dict[str, Any] = Field(description="the canonical mapping")
+
+
+class HealthReply(_Strict):
+    status: Literal["ok"]
+
+
+class ReadyReply(_Strict):
+    """Readiness: ``ok`` or the failing part's error, for the store and the queue."""
+
+    ready: bool
+    store: str
+    queue: str
+    stopping: bool | None = Field(None, description="present (true) while shutting down")
+
+
+class ErrorDetail(_Strict):
+    type: str = Field(description="the AxError class (InputError, NotFound, DagError...), "
+                                  "or PayloadTooLarge, MethodNotAllowed, InternalError")
+    message: str
+    problems: list[ProblemJson] | None = Field(None, description="DagError only")
+
+
+class ErrorBody(_Strict):
+    """Every error answer (``axengine.wire.error_body``)."""
+
+    error: ErrorDetail
