@@ -8,22 +8,26 @@ code). ``main`` only assembles them.
 from __future__ import annotations
 
 import argparse
-import importlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
+
+# Imported, not looked up by name: a command module that fails to import is an error
+# of `ax` itself, never a command quietly missing from `ax --help`.
+from axengine.cli import decide, executor, graph, run, services, snapshot, tasks, validate
 
 __all__ = ["main"]
 
-#: Modules of this package that register sub-commands, in help order.
-COMMAND_MODULES: tuple[str, ...] = (
-    "validate",
-    "graph",
-    "run",
-    "tasks",
-    "decide",
-    "snapshot",
-    "services",
-    "executor",
+#: The ``register(subparsers)`` of every sub-command module, in help order.
+COMMANDS: tuple[Callable[[Any], None], ...] = (
+    validate.register,
+    graph.register,
+    run.register,
+    tasks.register,
+    decide.register,
+    snapshot.register,
+    services.register,
+    executor.register,
 )
 
 
@@ -32,14 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="ax", description="ax: a durable DAG workflow engine for agentic work"
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(f"axengine.cli.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name == f"axengine.cli.{name}":
-                continue  # command not built yet
-            raise
-        module.register(sub)
+    for register in COMMANDS:
+        register(sub)
     return parser
 
 

@@ -23,7 +23,6 @@ from executors.llm._handler import (
     parse_completion,
 )
 from executors.llm._health import CircuitBreakers, CircuitState, ModelHealth
-from executors.llm._keepalive import Keepalive
 from executors.llm._models import DEFAULT_MODELS, MODELS_ENV, known_models
 from executors.llm._openai import OpenAICompatibleProvider
 from executors.llm._prompt import INPUT_MARKER, compose_prompt
@@ -38,7 +37,6 @@ __all__ = [
     "CircuitBreakers",
     "CircuitState",
     "HeartbeatingProvider",
-    "Keepalive",
     "LlmCall",
     "MalformedAnswer",
     "ModelHealth",

@@ -33,9 +33,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from executors.contract import Failure, NodeContext, NodeRequest, Outcome, Success, Unavailable
+from executors.keepalive import DEFAULT_HEARTBEAT_INTERVAL, Keepalive
 from executors.llm._cache import ResultCache, cache_key
 from executors.llm._health import CircuitBreakers, ModelHealth
-from executors.llm._keepalive import DEFAULT_HEARTBEAT_INTERVAL, Keepalive
 from executors.llm._models import MODELS_ENV, known_models
 from executors.llm._openai import OpenAICompatibleProvider
 from executors.llm._prompt import asks_for_json, compose_prompt, requested_keys

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from executors.contract import Failure, NodeContext, NodeRequest, Outcome, Unavailable
-from executors.llm import Keepalive
+from executors.keepalive import Keepalive
 
 __all__ = [
     "STEP",

@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from executors.contract import Failure, NodeContext, NodeRequest, Outcome, Success
-from executors.llm import Keepalive
+from executors.keepalive import Keepalive
 from executors.policy import FileRefused, Policy, PolicyError
 from executors.tools._common import heartbeat_interval, read_bounded, stopped
 

@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from executors.contract import Failure, NodeContext, NodeRequest, Outcome, Success
-from executors.llm import Keepalive
+from executors.keepalive import Keepalive
 from executors.tools._common import heartbeat_interval, pause, stopped
 
 __all__ = ["VENDOR", "SimulatedVideoVendor", "video_vendor"]

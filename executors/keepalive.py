@@ -1,4 +1,8 @@
-"""Liveness while a model call blocks: cancellation checks and paced heartbeats."""
+"""Liveness while a handler blocks: cancellation checks and paced heartbeats.
+
+Shared by every handler that waits on something slow (a model call, a PDF download, a
+vendor job); it depends on the contract only, like the handlers themselves.
+"""
 
 from __future__ import annotations
 

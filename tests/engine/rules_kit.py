@@ -1,0 +1,233 @@
+"""An in-memory world for testing the pure transition rules without a store.
+
+:class:`World` holds what the store would: the task record, every node snapshot, the
+blob outputs, the timeline and the queue. It decides a rule the way the engine shell
+does — a :class:`View` that starts empty and is filled with exactly what the rule asks
+for through :class:`Need` — and applies the resulting :class:`Plan` the way the shell
+commits it (snapshots, events, enqueue; task counters moved by category and the status
+derived with :func:`derive_status`). No I/O, no event loop: time is the ``now`` the
+test passes.
+"""
+
+from __future__ import annotations
+
+import itertools
+import textwrap
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from axengine.dag import Dag, load_dag_text
+from axengine.engine._rules import (
+    Plan,
+    RuleConfig,
+    category,
+    derive_status,
+    plan_cancel,
+    plan_claim,
+    plan_complete,
+    plan_decide,
+    plan_expire,
+    plan_heartbeat,
+    plan_progress,
+    plan_retry,
+    plan_submit,
+)
+from axengine.engine._view import Need, View
+from axengine.records import Event, NodeState, Snapshot, TaskRecord, TaskStatus
+from executors.contract import Outcome
+
+__all__ = ["T0", "TOOLS", "Rule", "World", "load", "recount"]
+
+#: Tool names the test DAGs may use (the validator checks them).
+TOOLS = frozenset({"echo"})
+#: Model names the test DAGs may use.
+MODELS = frozenset({"sim"})
+#: Submission time of every world (an arbitrary, readable epoch).
+T0 = 1_000.0
+
+Rule = Callable[[View], Plan]
+
+
+def load(text: str) -> Dag:
+    """A validated DAG from (indented) YAML text."""
+    return load_dag_text(textwrap.dedent(text), tools=TOOLS, models=MODELS)
+
+
+def recount(dag: Dag, snaps: Iterable[Snapshot]) -> dict[str, int]:
+    """Task counters recomputed from scratch (the shell keeps them incrementally)."""
+    counts: dict[str, int] = {}
+    for snap in snaps:
+        key = category(dag.nodes[snap.node_id], snap)
+        counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+@dataclass
+class World:
+    """One task's durable state, kept in memory.
+
+    Attributes:
+        dag: The task's DAG.
+        task: The task record (status and counters kept as the shell keeps them).
+        snaps: Every node's snapshot.
+        blobs: Outputs kept "outside" the snapshot (``output_ref`` set), by node id.
+        events: The timeline, in commit order.
+        queue: Every ``(node_id, delay)`` enqueued after a commit, in order.
+        loads: The last decision's :class:`Need` requests, in order.
+        config: Rule tunables passed to ``plan_complete``.
+    """
+
+    dag: Dag
+    task: TaskRecord
+    snaps: dict[str, Snapshot] = field(default_factory=dict)
+    blobs: dict[str, Any] = field(default_factory=dict)
+    events: list[Event] = field(default_factory=list)
+    queue: list[tuple[str, float]] = field(default_factory=list)
+    loads: list[Need] = field(default_factory=list)
+    config: RuleConfig = field(default_factory=RuleConfig)
+    _counter: Iterator[int] = field(default_factory=itertools.count, repr=False)
+
+    # ------------------------------------------------------------------ building
+
+    @classmethod
+    def submit(cls, dag: Dag | str, input: Any = None, *, now: float = T0,
+               deadline: float = 0.0, submitted_by: str = "alice",
+               labels: dict[str, str] | None = None, config: RuleConfig | None = None,
+               ) -> World:
+        """Submit a task (as ``Engine.submit`` builds its view) and apply the plan."""
+        if isinstance(dag, str):
+            dag = load(dag)
+        task = TaskRecord(task_id="t1", dag_hash=dag.hash, dag_name=dag.name, input=input,
+                          deadline=deadline, labels=labels or {}, created_at=now,
+                          updated_at=now, submitted_by=submitted_by)
+        world = cls(dag=dag, task=task, config=config or RuleConfig())
+        view = View(dag=dag, task=task, task_rev=0, task_input=input, task_input_loaded=True)
+        for nid, preds in dag.predecessors.items():
+            view.snaps[nid] = Snapshot(task_id="t1", node_id=nid, last_updated=now,
+                                       preds_left=len(preds))
+        world.apply(plan_submit(view, now=now, ids=world.ids()))
+        return world
+
+    def ids(self) -> Callable[[], str]:
+        """Event ids, unique within the world (the shell's are time-ordered)."""
+        return lambda: f"e{next(self._counter):06d}"
+
+    # ------------------------------------------------------------------ deciding
+
+    def view(self, nodes: Iterable[str] | None = None) -> View:
+        """A view holding ``nodes`` (every node when None), as the shell would load it."""
+        view = View(dag=self.dag, task=self.task, task_rev=1)
+        for nid in self.dag.nodes if nodes is None else nodes:
+            view.snaps[nid] = self.snaps[nid]
+            view.revs[nid] = 1
+        return view
+
+    def fill(self, view: View, need: Need) -> None:
+        """Load what a rule asked for, as ``Engine._fill`` does."""
+        for nid in sorted(need.nodes):
+            view.snaps[nid] = self.snaps[nid]
+            view.revs[nid] = 1
+        for nid in sorted(need.outputs):
+            view.outputs[nid] = self.blobs[nid]
+        if need.task_input:
+            view.task_input = self.task.input
+            view.task_input_loaded = True
+
+    def decide(self, rule: Rule, *, preload: Iterable[str] = ()) -> Plan:
+        """Call ``rule`` on a view that starts with ``preload`` and grows on each
+        :class:`Need`, exactly as the shell's decide loop does. Nothing is applied."""
+        view = self.view(preload)
+        self.loads = []
+        while True:
+            try:
+                return rule(view)
+            except Need as need:
+                assert need.nodes or need.outputs or need.task_input, "an empty Need"
+                # A rule must never ask again for what it was given: that would loop.
+                assert not (need.nodes & view.snaps.keys()), need.nodes
+                self.loads.append(need)
+                self.fill(view, need)
+
+    def apply(self, plan: Plan) -> Plan:
+        """Commit ``plan`` in memory as the shell commits it."""
+        counts = dict(self.task.counts)
+        changed = plan.task is not None
+        for nid, new in plan.writes.items():
+            node = self.dag.nodes[nid]
+            old = self.snaps.get(nid)
+            before = category(node, old) if old is not None else None
+            after = category(node, new)
+            if before != after:
+                changed = True
+                if before is not None:
+                    counts[before] = counts.get(before, 0) - 1
+                counts[after] = counts.get(after, 0) + 1
+        self.snaps.update(plan.writes)
+        self.events.extend(plan.events)
+        self.queue.extend(plan.enqueue)
+        if changed:
+            base = plan.task or self.task
+            status = derive_status(counts, base.status is TaskStatus.CANCELLED)
+            self.task = replace(base, counts={k: v for k, v in sorted(counts.items()) if v},
+                                status=status)
+        return plan
+
+    def run(self, rule: Rule, *, preload: Iterable[str] = ()) -> Plan:
+        """Decide and apply."""
+        return self.apply(self.decide(rule, preload=preload))
+
+    # ------------------------------------------------------------------ operations
+
+    def claim(self, node_id: str, *, now: float, worker: str = "w1",
+              lease: float = 30.0) -> Plan:
+        return self.run(lambda v: plan_claim(v, node_id, worker=worker, lease=lease, now=now,
+                                             ids=self.ids()), preload=(node_id,))
+
+    def heartbeat(self, node_id: str, *, fence: int, now: float, lease: float = 30.0) -> Plan:
+        return self.run(lambda v: plan_heartbeat(v, node_id, fence=fence, lease=lease,
+                                                 now=now, ids=self.ids()), preload=(node_id,))
+
+    def progress(self, node_id: str, *, fence: int, now: float, marker: str = "m",
+                 lease: float = 30.0) -> Plan:
+        return self.run(lambda v: plan_progress(v, node_id, fence=fence, marker=marker,
+                                                lease=lease, now=now, ids=self.ids()),
+                        preload=(node_id,))
+
+    def complete(self, node_id: str, outcome: Outcome, *, now: float,
+                 fence: int | None = None) -> Plan:
+        """Complete with ``fence`` (the node's current fence when None)."""
+        f = self.snaps[node_id].fence if fence is None else fence
+        return self.run(lambda v: plan_complete(v, node_id, fence=f, outcome=outcome, now=now,
+                                                ids=self.ids(), config=self.config),
+                        preload=(node_id,))
+
+    def decide_gate(self, node_id: str, decision: str, *, now: float, by: str = "bob",
+                    comment: str = "", four_eyes: bool = False) -> Plan:
+        return self.run(lambda v: plan_decide(v, node_id, decision=decision, by=by,
+                                              comment=comment, now=now, ids=self.ids(),
+                                              four_eyes=four_eyes))
+
+    def expire(self, node_id: str, *, now: float, owner_dead: bool = False) -> Plan:
+        return self.run(lambda v: plan_expire(v, node_id, now=now, ids=self.ids(),
+                                              owner_dead=owner_dead), preload=(node_id,))
+
+    def cancel(self, *, now: float, by: str = "admin") -> Plan:
+        return self.run(lambda v: plan_cancel(v, now=now, ids=self.ids(), by=by))
+
+    def retry(self, from_node: str, *, now: float, input_override: Any = None,
+              by: str = "admin") -> Plan:
+        return self.run(lambda v: plan_retry(v, from_node, input_override=input_override,
+                                             now=now, ids=self.ids(), by=by))
+
+    # ------------------------------------------------------------------ reading
+
+    def state(self, node_id: str) -> NodeState:
+        return self.snaps[node_id].state
+
+    def states(self) -> dict[str, str]:
+        return {nid: s.state.value for nid, s in self.snaps.items()}
+
+    def kinds(self, node_id: str | None = None) -> list[str]:
+        """Event kinds of the timeline (of one node when given)."""
+        return [e.kind for e in self.events if node_id is None or e.node_id == node_id]
