@@ -16,6 +16,7 @@ A DAG with any problem raises :class:`~axengine.errors.DagError` listing all of 
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from collections.abc import Collection, Mapping
@@ -190,7 +191,11 @@ class _TreeBuilder:
         if node.tag == _TAG + "str":
             return node.value
         if node.tag in _SCALAR_TAGS:
-            return self.constructor.construct_object(node)
+            value = self.constructor.construct_object(node)
+            if isinstance(value, float) and not math.isfinite(value):
+                self.problems.append(_not_json_number(node.value, self.file,
+                                                      node.start_mark.line + 1))
+            return value
         if node.tag == _TAG + "timestamp":
             return node.value  # dates stay text: the stored DAG is JSON
         self._unsupported(node)
@@ -278,7 +283,18 @@ def _measure(data: Any, file: str) -> DagProblem | None:
             stack.extend((v, depth + 1) for v in value.values())
         elif isinstance(value, list | tuple):
             stack.extend((v, depth + 1) for v in value)
+        elif isinstance(value, float) and not math.isfinite(value):
+            return _not_json_number(repr(value), file, 0)
+        elif not isinstance(value, str | int | float | bool | None):
+            return DagProblem(f"a {type(value).__name__} is not a JSON value", file,
+                              code="yaml-syntax",
+                              hint="use strings, numbers, booleans, null, lists and mappings")
     return None
+
+
+def _not_json_number(text: str, file: str, line: int) -> DagProblem:
+    return DagProblem(f"{text} is not a JSON number (JSON has no NaN or infinity)", file,
+                      line, code="yaml-syntax", hint="quote it to keep it as text")
 
 
 def _known(names: Collection[str] | None, which: str) -> Collection[str]:

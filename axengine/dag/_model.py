@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from axengine.limits import canonical_json
+
 __all__ = [
     "DEFAULT_RETRY",
     "DEFAULT_TIMEOUT",
@@ -235,9 +237,7 @@ class Dag:
 
     def canonical_json(self) -> bytes:
         """Canonical JSON bytes: sorted keys, no whitespace, UTF-8."""
-        return json.dumps(
-            self.canonical(), sort_keys=True, separators=(",", ":"), ensure_ascii=False
-        ).encode()
+        return canonical_json(self.canonical(), f"DAG {self.name!r}").encode()
 
     def storage_json(self) -> bytes:
         """Canonical form in document order (node order is kept for display and for the

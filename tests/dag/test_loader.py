@@ -359,7 +359,7 @@ nodes:
     prompt: hi
     timeout: true
     max_tokens: 0
-    temperature: .nan
+    temperature: 3.5
     lane: slow
     fallback: {model: gpt-4o-mini, threshold: 2}
 """)
@@ -368,3 +368,14 @@ nodes:
         "deadline", "fallback.threshold", "lane", "max_tokens", "temperature", "timeout",
     ]
     assert {p.code for p in found} == {"bad-value"}
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), {1, 2}, b"raw"])
+def test_inline_mappings_refuse_values_json_cannot_hold(value: object) -> None:
+    # ax.run and the REST API's inline JSON hand the loader Python values: a NaN or a set
+    # would pass validation and then fail to store at submit.
+    mapping = {"name": "inline", "nodes": {"a": {"type": "tool_call", "tool": "echo",
+                                                 "input": {"x": value}}}}
+
+    with pytest.raises(DagError, match="not a JSON"):
+        load_dag_mapping(mapping)
