@@ -16,8 +16,8 @@ reason that has nothing to do with its work. The bound is worked out from the ru
   the task record and its status event: ``2N + 2`` plus the index moves. A non-retryable
   failure of the first node of a 10,000-node chain skips the other 9,999 at once;
 - **cancel** writes every unfinished node and one event each: ``2N + 2``;
-- **retry** resets the node and its descendants (``retried`` plus at most one event per
-  node): ``2N + 3``.
+- **retry** resets the node and its descendants, and re-opens every cancelled node of a
+  cancelled task (``retried`` plus at most one event per node): ``2N + 3``.
 
 Claims, heartbeats and progress touch one node. Compares (one per written snapshot plus
 the task record and the idempotency key) never outnumber the puts, and etcd limits each

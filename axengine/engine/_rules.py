@@ -15,15 +15,16 @@ decisions that depend on several nodes (joins, skip propagation, task status).
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from axengine import template
 from axengine.dag import Dag, Node
+from axengine.engine._refs import expression_refs, guard_refs, named, param_refs
 from axengine.engine._view import View
 from axengine.errors import Conflict, Forbidden, InputError, TemplateError
+from axengine.limits import canonical_json
 from axengine.records import (
     FINAL_STATES,
     Event,
@@ -41,7 +42,6 @@ __all__ = [
     "Plan",
     "RuleConfig",
     "backoff_delay",
-    "canonical_json",
     "category",
     "derive_status",
     "four_eyes_violation",
@@ -74,7 +74,7 @@ class RuleConfig:
 
     Attributes:
         backoff_base: First retry delay in seconds (doubles per attempt).
-        backoff_cap: Largest retry delay.
+        backoff_cap: Largest retry delay (jitter included).
         unavailable_delay: Delay before a node kept WAITING by an unavailable
             dependency is offered again.
     """
@@ -109,20 +109,18 @@ class Plan:
 # --------------------------------------------------------------------------- helpers
 
 
-def canonical_json(value: Any) -> bytes:
-    """Compact, key-sorted JSON: equal values give equal bytes."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
-
-
 def sha256_json(value: Any) -> str:
-    return hashlib.sha256(canonical_json(value)).hexdigest()
+    """sha256 hex of the canonical JSON of ``value`` (:func:`axengine.limits.canonical_json`)."""
+    return hashlib.sha256(canonical_json(value).encode()).hexdigest()
 
 
 def backoff_delay(attempt: int, key: str, config: RuleConfig) -> float:
-    """Exponential backoff with deterministic jitter (±20%, derived from ``key``)."""
+    """Exponential backoff with deterministic jitter (±20%, derived from ``key``), never
+    longer than ``config.backoff_cap``."""
     base = min(config.backoff_cap, config.backoff_base * 2 ** max(attempt - 1, 0))
     frac = int(hashlib.sha256(key.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
-    return float(base * (0.8 + 0.4 * frac))
+    # The cap comes last: it is the largest delay, jitter included.
+    return float(min(config.backoff_cap, base * (0.8 + 0.4 * frac)))
 
 
 def category(node: Node, snap: Snapshot) -> str:
@@ -224,7 +222,7 @@ class _Builder:
                 hit = label == edge.when
             elif edge.condition is not None:
                 if ctx is None:
-                    ctx = self.context(_guard_refs(node), output)
+                    ctx = self.context(guard_refs(node), output)
                 hit = template.evaluate_guard(edge.condition, ctx)
             else:
                 hit = True
@@ -288,7 +286,7 @@ class _Builder:
         try:
             params = self._render_params(node)
         except TemplateError as exc:  # named by _render_params: input, prompt, description
-            return self.fail(node, snap, str(exc), retryable=False)
+            return self.failure(node, snap, str(exc), retryable=False)
         snap = replace(
             snap, input=params, input_ref=None,
             input_revision=sha256_json([snap.task_id, node.id, params]),
@@ -309,9 +307,9 @@ class _Builder:
         return []
 
     def _render_params(self, node: Node) -> dict[str, Any]:
-        refs = _param_refs(node)
+        refs = param_refs(node)
         ctx = self.context(refs)
-        params: dict[str, Any] = {"input": _named("input template", template.render_value,
+        params: dict[str, Any] = {"input": named("input template", template.render_value,
                                                   node.input, ctx)}
         if node.prompt is not None:
             # A prompt is written against the node's own input when the node declares
@@ -319,9 +317,9 @@ class _Builder:
             # otherwise against the task input.
             if node.input is not None:
                 ctx = {**ctx, "input": params["input"]}
-            params["prompt"] = _named("prompt template", template.render, node.prompt, ctx)
+            params["prompt"] = named("prompt template", template.render, node.prompt, ctx)
         if node.type == "human_gateway" and node.description:
-            params["description"] = _named("description template", template.render,
+            params["description"] = named("description template", template.render,
                                            node.description, ctx)
         return params
 
@@ -332,16 +330,16 @@ class _Builder:
         try:
             output = self.output_of(upstream[0]) if upstream else None
             if node.input is not None:
-                output = _named("input template", template.render_value, node.input,
-                                self.context(_param_refs(node)))
-            ctx = self.context(_expression_refs(node), output)
-            label = _named("expression", template.evaluate_expression, node.expression, ctx)
+                output = named("input template", template.render_value, node.input,
+                                self.context(param_refs(node)))
+            ctx = self.context(expression_refs(node), output)
+            label = named("expression", template.evaluate_expression, node.expression, ctx)
         except TemplateError as exc:
-            return self.fail(node, snap, str(exc), retryable=False)
+            return self.failure(node, snap, str(exc), retryable=False)
         try:
             hops = self.decide_edges(node, label, label)
         except TemplateError as exc:  # worded as plan_complete words a guard error
-            return self.fail(node, snap, f"guard on {node.id}: {exc}", retryable=False)
+            return self.failure(node, snap, f"guard on {node.id}: {exc}", retryable=False)
         done = replace(
             snap, state=NodeState.SUCCEEDED, attempt=snap.attempt + 1, fence=snap.fence + 1,
             input={"output": output}, output=label, output_ref=None,
@@ -353,89 +351,33 @@ class _Builder:
         return [node.id]
 
     def fail(self, node: Node, snap: Snapshot, message: str, *, retryable: bool,
-             dead: bool = False) -> list[str]:
-        """Final failure: route through ``on_failure`` when the node has one (FAILED);
-        otherwise DEAD (``dead=True``: needs a person; successors wait) or FAILED (task
-        fails; successors are skipped). Returns ``[node.id]`` when the node's edges are
-        decided (FAILED), ``[]`` when they are not (DEAD)."""
+             dead: bool = False) -> None:
+        """A final failure found by a rule (complete, decide, claim, expire), recorded
+        and settled: every way a node ends in failure routes and counts off alike."""
+        self.settle(decided=self.failure(node, snap, message, retryable=retryable, dead=dead))
+
+    def failure(self, node: Node, snap: Snapshot, message: str, *, retryable: bool,
+                dead: bool = False) -> list[str]:
+        """Record a final failure: route through ``on_failure`` when the node has one
+        (FAILED); otherwise DEAD (``dead=True``: needs a person; successors wait) or
+        FAILED (task fails; successors are skipped). Returns ``[node.id]`` when the
+        node's edges are decided (FAILED), ``[]`` when they are not (DEAD), for the
+        caller to settle: :meth:`ready` (inside :meth:`settle`) or :meth:`fail`."""
+        ended = replace(snap, error=message, error_retryable=retryable,
+                        finished_at=self.now, owner="", lease_until=0.0)
         if node.on_failure:
             hops = tuple(NextHop(t, t == node.on_failure) for t in node.targets)
-            out = replace(snap, state=NodeState.FAILED, error=message,
-                          error_retryable=retryable, next_hops=hops, finished_at=self.now)
+            out = replace(ended, state=NodeState.FAILED, next_hops=hops)
             self.write(out)
             self.event("failed", out, f"{message}; routed to {node.on_failure}")
             return [node.id]
         state = NodeState.DEAD if dead else NodeState.FAILED
-        out = replace(snap, state=state, error=message, error_retryable=retryable,
-                      finished_at=self.now, owner="", lease_until=0.0)
+        out = replace(ended, state=state)
         if state is NodeState.FAILED:
             out = replace(out, next_hops=tuple(NextHop(t, False) for t in node.targets))
         self.write(out)
         self.event(state.value.lower(), out, message)
         return [node.id] if state is NodeState.FAILED else []
-
-
-def _named(which: str, render: Callable[[Any, Mapping[str, Any]], Any], source: Any,
-           ctx: Mapping[str, Any]) -> Any:
-    """Render one of a node's templates; an error says which one failed (``prompt
-    template: no field 'x'``), as ``ax validate`` names it, keeping its class and line."""
-    try:
-        return render(source, ctx)
-    except TemplateError as exc:
-        named = type(exc)(f"{which}: {exc}")
-        named.line = getattr(exc, "line", 0)  # type: ignore[attr-defined]
-        raise named from exc
-
-
-def _templates_in(value: Any) -> Iterable[str]:
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, Mapping):
-        for v in value.values():
-            yield from _templates_in(v)
-    elif isinstance(value, list | tuple):
-        for v in value:
-            yield from _templates_in(v)
-
-
-def _refs_of(src: str) -> frozenset[str] | None:
-    if "nodes" not in src:
-        return frozenset()
-    if "{{" in src or "{%" in src:
-        return template.referenced_nodes(src)
-    # A bare guard (no markup) is evaluated as one expression.
-    return template.referenced_nodes("{{ " + src + " }}")
-
-
-def _union_refs(sources: Iterable[str]) -> frozenset[str] | None:
-    refs: set[str] = set()
-    for src in sources:
-        found = _refs_of(src)
-        if found is None:
-            return None
-        refs |= found
-    return frozenset(refs)
-
-
-def _param_refs(node: Node) -> frozenset[str] | None:
-    sources = list(_templates_in(node.input))
-    if node.prompt is not None:
-        sources.append(node.prompt)
-    if node.description is not None and node.type == "human_gateway":
-        sources.append(node.description)
-    return _union_refs(sources)
-
-
-def _guard_refs(node: Node) -> frozenset[str] | None:
-    return _union_refs(e.condition for e in node.next if e.condition is not None)
-
-
-def _expression_refs(node: Node) -> frozenset[str] | None:
-    expression = node.expression or ""
-    if "{{" in expression:
-        return _refs_of(expression)
-    # The if/elif/else form is not a template: load every node only when it needs them.
-    return None if "nodes" in expression else frozenset()
 
 
 def _taken(hops: Iterable[NextHop]) -> str:
@@ -467,7 +409,8 @@ def plan_submit(view: View, *, now: float, ids: EventIds, actor: str = "api") ->
 def plan_claim(view: View, node_id: str, *, worker: str, lease: float, now: float,
                ids: EventIds) -> Plan:
     """WAITING (or RUNNING with an expired lease or stalled progress) → RUNNING with
-    ``fence += 1`` and ``attempt += 1``; past the deadline or the attempt budget → DEAD."""
+    ``fence += 1`` and ``attempt += 1``; past the deadline, ``queue_timeout`` or attempt
+    budget → ``dead`` (nothing to run): DEAD, or FAILED and routed by ``on_failure``."""
     b = _builder(view, now, ids, worker)
     node = view.dag.nodes[node_id]
     snap = view.snap(node_id)
@@ -565,8 +508,7 @@ def plan_complete(view: View, node_id: str, *, fence: int, outcome: Outcome, now
         try:
             hops = b.decide_edges(node, outcome.output)
         except TemplateError as exc:
-            b.settle(decided=b.fail(node, snap, f"guard on {node_id}: {exc}",
-                                    retryable=False))
+            b.fail(node, snap, f"guard on {node_id}: {exc}", retryable=False)
             return b.plan
         done = replace(
             snap, state=NodeState.SUCCEEDED, output=outcome.output, output_ref=None,
@@ -603,7 +545,7 @@ def plan_complete(view: View, node_id: str, *, fence: int, outcome: Outcome, now
     exhausted = outcome.retryable
     reason = (f"attempts exhausted ({snap.attempt}/{node.attempts}): {message}"
               if exhausted else message)
-    b.settle(decided=b.fail(node, snap, reason, retryable=outcome.retryable, dead=exhausted))
+    b.fail(node, snap, reason, retryable=outcome.retryable, dead=exhausted)
     return b.plan
 
 
@@ -663,7 +605,7 @@ def plan_decide(view: View, node_id: str, *, decision: str, by: str, comment: st
     try:
         hops = b.decide_edges(node, output, decision)
     except TemplateError as exc:
-        b.settle(decided=b.fail(node, snap, f"guard on {node_id}: {exc}", retryable=False))
+        b.fail(node, snap, f"guard on {node_id}: {exc}", retryable=False)
         return b.plan
     done = replace(
         snap, state=NodeState.SUCCEEDED, decision=record, output=output, output_ref=None,
@@ -680,7 +622,8 @@ def plan_decide(view: View, node_id: str, *, decision: str, by: str, comment: st
 def plan_expire(view: View, node_id: str, *, now: float, ids: EventIds,
                 owner_dead: bool = False) -> Plan:
     """Reconciler: apply the task deadline, expire leases and stalls (fence bump, so the
-    old owner's writes become stale), and time out gates with their default route.
+    old owner's writes become stale; on the last attempt: DEAD, or routed by
+    ``on_failure``), and time out gates with their default route.
     ``owner_dead``: the owner process is known to be gone, its lease is void."""
     b = _builder(view, now, ids, "reconciler")
     node = view.dag.nodes[node_id]
@@ -736,7 +679,13 @@ def plan_cancel(view: View, *, now: float, ids: EventIds, by: str) -> Plan:
 def plan_retry(view: View, from_node: str, *, input_override: Any, now: float,
                ids: EventIds, by: str) -> Plan:
     """Admin retry: re-run ``from_node`` and everything after it; committed nodes that
-    are not descendants of it stay untouched."""
+    are not descendants of it stay untouched.
+
+    A retry of a cancelled task lifts the cancel: every CANCELLED node is re-opened
+    (reset, then readied or left PENDING by its predecessors' decisions). The task is
+    RUNNING again and its status ignores CANCELLED nodes, so one left behind would be
+    work that never runs — a join below it would wait while the task said SUCCEEDED.
+    """
     dag = view.dag
     if from_node not in dag.nodes:
         raise InputError(f"task has no node {from_node!r}")
@@ -746,14 +695,20 @@ def plan_retry(view: View, from_node: str, *, input_override: Any, now: float,
         raise Conflict(f"node {from_node!r} is {snap.state.value}; nothing to retry")
     if snap.state is NodeState.PENDING:
         raise Conflict(f"node {from_node!r} has not been reached yet")
+    if snap.state is NodeState.CANCELLED and any(
+            view.snap(p).state not in DECIDED_STATES for p in dag.predecessors[from_node]):
+        # Cancelled while PENDING: running it now would pre-empt its predecessors' edges.
+        raise Conflict(f"node {from_node!r} had not been reached when the task was "
+                       "cancelled; retry from a node that had")
     b = _builder(view, now, ids, by)
     descendants = _descendants(dag, from_node)
-    reset = sorted({from_node} | {n for n in descendants
-                                  if view.snap(n).state is not NodeState.PENDING})
+    cancelled = [n for n in dag.nodes if view.snap(n).state is NodeState.CANCELLED]
+    reset = sorted({from_node, *cancelled} | {n for n in descendants
+                                              if view.snap(n).state is not NodeState.PENDING})
     for nid in reset:
         b.write(_reset(view.snap(nid)))
     # Recount the join bookkeeping of every reset node from its predecessors' decisions.
-    for nid in sorted({from_node} | descendants):
+    for nid in sorted({from_node, *cancelled} | descendants):
         left, reached = 0, False
         for pid in dag.predecessors[nid]:
             pred = b.snap(pid)
@@ -763,7 +718,9 @@ def plan_retry(view: View, from_node: str, *, input_override: Any, now: float,
             else:
                 left += 1
         b.write(replace(b.snap(nid), preds_left=left, reached=reached))
-    b.event("retried", b.snap(from_node), f"retry from {from_node} by {by}")
+    reopened = [n for n in cancelled if n != from_node]
+    b.event("retried", b.snap(from_node), f"retry from {from_node} by {by}" + (
+        f"; re-opened {len(reopened)} cancelled node(s)" if reopened else ""))
     if input_override is not None:
         node = dag.nodes[from_node]
         if node.type in INLINE_TYPES:
@@ -778,7 +735,9 @@ def plan_retry(view: View, from_node: str, *, input_override: Any, now: float,
     else:
         # Retrying a node means running it: resolve it as if an edge led to it.
         b.write(replace(b.snap(from_node), reached=True))
-        b.settle(roots=[from_node])
+        reopened.insert(0, from_node)
+    # Re-opened nodes with nothing left to wait for (all predecessors decided) run now.
+    b.settle(roots=reopened)
     b.plan.task = replace(view.task, status=TaskStatus.RUNNING, finished_at=0.0)
     return b.plan
 

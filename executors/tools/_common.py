@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from executors.contract import Failure, NodeContext, NodeRequest, Outcome, Unavailable
-from executors.keepalive import Keepalive
+from executors.keepalive import DEFAULT_HEARTBEAT_INTERVAL, Keepalive
 
 __all__ = [
     "STEP",
@@ -30,7 +30,7 @@ STEP = 0.05
 
 def heartbeat_interval(ctx: NodeContext) -> float:
     """The ``heartbeat_interval`` setting (seconds between heartbeats while waiting)."""
-    return float(ctx.settings.get("heartbeat_interval", 1.0))
+    return float(ctx.settings.get("heartbeat_interval", DEFAULT_HEARTBEAT_INTERVAL))
 
 
 def stopped() -> Failure:

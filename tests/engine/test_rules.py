@@ -820,27 +820,26 @@ def _past_queue_timeout_claimed(world: World) -> None:
     world.claim("a", now=at(100))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "bug: plan_expire (deadline, last attempt) and plan_claim (deadline, queue_timeout, "
-    "attempts exhausted) call _Builder.fail() but never settle() the decision it returns; "
-    "for a node with on_failure, fail() makes it FAILED with next_hops routing to the "
-    "on_failure node, yet no successor is counted off: the on_failure node and the other "
-    "successors stay PENDING forever and derive_status reports the task SUCCEEDED"))
 @pytest.mark.parametrize("fail", [
     _lapsed_last_attempt_expired, _lapsed_last_attempt_claimed, _past_deadline_expired,
     _past_deadline_claimed, _past_queue_timeout_claimed,
 ], ids=lambda f: f.__name__.strip("_"))
 def test_a_dead_end_with_on_failure_routes_to_it(fail: Callable[[World], None]) -> None:
+    """A claim or an expiry that ends a node for good settles it as a completion does:
+    the on_failure node is readied (and queued), the other successor skipped."""
     text = ROUTED.replace("timeout: 60", "timeout: 60, queue_timeout: 50")
     world = World.submit(text, deadline=at(400))
     fail(world)
-    assert world.state("a") is NodeState.FAILED  # routed: this part works
-    assert world.snaps["a"].next_hops == (NextHop("b", False), NextHop("alert", True))
+    a = world.snaps["a"]
+    assert a.state is NodeState.FAILED and (a.owner, a.lease_until) == ("", 0.0)
+    assert a.next_hops == (NextHop("b", False), NextHop("alert", True))
     assert (world.state("b"), world.state("alert")) == (NodeState.SKIPPED, NodeState.WAITING)
+    assert world.queue[-1] == ("alert", 0.0)
+    assert status(world) is TaskStatus.RUNNING
 
 
 def test_a_failure_routed_by_complete_counts_its_successors_off() -> None:
-    """The same route taken through plan_complete works (contrast with the xfail above)."""
+    """The same route taken through plan_complete (the path that always settled)."""
     world = World.submit(ROUTED)
     world.complete("a", Failure("late", retryable=False), fence=running(world, "a"),
                    now=at(2))
@@ -1024,24 +1023,91 @@ def test_retry_recounts_a_join_from_its_predecessors() -> None:
     assert world.task.status is TaskStatus.RUNNING
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "bug: plan_retry leaves CANCELLED nodes that are not descendants of from_node "
-    "CANCELLED; a join below both branches keeps preds_left > 0 forever, and since "
-    "derive_status ignores CANCELLED and PENDING the task reports SUCCEEDED with the "
-    "join never run"))
+JOIN = """
+name: join
+nodes:
+  a: {type: tool_call, tool: echo, input: x, next: j}
+  b: {type: tool_call, tool: echo, input: x, next: j}
+  j: {type: tool_call, tool: echo, input: x}
+"""
+
+
 def test_retry_after_cancel_does_not_strand_a_join() -> None:
-    world = World.submit("""
-    name: join
-    nodes:
-      a: {type: tool_call, tool: echo, input: x, next: j}
-      b: {type: tool_call, tool: echo, input: x, next: j}
-      j: {type: tool_call, tool: echo, input: x}
-    """)
+    """A retry lifts the cancel: the cancelled branch b runs again, so the join below
+    both waits for it instead of waiting forever while the task reports SUCCEEDED."""
+    world = World.submit(JOIN)
     world.cancel(now=at(1))
-    world.retry("a", now=at(2))
+    plan = world.retry("a", now=at(2))
+    assert world.states() == {"a": "WAITING", "b": "WAITING", "j": "PENDING"}
+    assert sorted(plan.enqueue) == [("a", 0.0), ("b", 0.0)]
+    assert plan.events[0].detail == "retry from a by admin; re-opened 2 cancelled node(s)"
     world.complete("a", Success("a"), fence=running(world, "a", now=at(3)), now=at(4))
     assert world.state("j") is NodeState.PENDING and world.snaps["j"].preds_left == 1
-    assert world.task.status is not TaskStatus.SUCCEEDED, world.states()
+    assert status(world) is TaskStatus.RUNNING
+    world.complete("b", Success("b"), fence=running(world, "b", now=at(5)), now=at(6))
+    world.complete("j", Success("j"), fence=running(world, "j", now=at(7)), now=at(8))
+    assert status(world) is TaskStatus.SUCCEEDED
+
+
+def test_retry_after_cancel_reopens_every_cancelled_node() -> None:
+    """Running and never-reached nodes all come back, each as its predecessors'
+    decisions make it, with a fresh attempt budget; committed nodes stay committed and
+    the cancelled workers' fences stay stale."""
+    world = World.submit(DIAMOND + "  e: {type: tool_call, tool: echo, input: e}\n",
+                         {"v": 9})
+    world.complete("a", Success({"v": 9}), fence=running(world, "a"), now=at(2))
+    fence_b = running(world, "b", now=at(3))
+    fence_e = running(world, "e", now=at(3))
+    world.cancel(now=at(4))
+    assert world.states() == {"a": "SUCCEEDED", "b": "CANCELLED", "c": "SKIPPED",
+                              "e": "CANCELLED", "d": "CANCELLED"}
+    a_before = world.snaps["a"]
+    world.retry("b", now=at(5))
+    assert world.snaps["a"] == a_before
+    assert world.states() == {"a": "SUCCEEDED", "b": "WAITING", "c": "SKIPPED",
+                              "e": "WAITING", "d": "PENDING"}
+    b, e = world.snaps["b"], world.snaps["e"]
+    assert (b.attempt, e.attempt) == (0, 0) and b.input == {"input": 9}
+    assert world.complete("e", Success(1), fence=fence_e, now=at(6)).result == "stale"
+    assert world.complete("b", Success(1), fence=fence_b, now=at(6)).result == "stale"
+    for node in ("b", "e", "d"):
+        world.complete(node, Success(node), fence=running(world, node, now=at(7)), now=at(8))
+    assert status(world) is TaskStatus.SUCCEEDED
+
+
+def test_retry_after_cancel_from_a_node_that_was_never_reached_conflicts() -> None:
+    world = World.submit(JOIN)
+    world.cancel(now=at(1))
+    with pytest.raises(Conflict, match="had not been reached when the task was cancelled"):
+        world.retry("j", now=at(2))
+
+
+def test_retry_after_cancel_asks_a_cancelled_gate_again() -> None:
+    world = gate_world()
+    world.cancel(now=at(3))
+    world.retry("a", now=at(4))
+    world.complete("a", Success("again"), fence=running(world, "a", now=at(5)), now=at(6))
+    g = world.snaps["g"]
+    assert (g.state, g.decision, g.gate_until) == (NodeState.PAUSED, None, at(106))
+
+
+def test_a_retried_four_eyes_gate_without_a_recorded_submitter_still_refuses() -> None:
+    """A retry keeps the task record, so a task with no recorded submitter still has
+    none: its four-eyes gate refuses every person, and only its timeout decides it
+    (docs/dag-language.md says so)."""
+    world = World.submit(GATE.replace("timeout: 100", "timeout: 100\n    four_eyes: true"),
+                         submitted_by="")
+    world.complete("a", Success("r"), fence=running(world, "a"), now=at(2))
+    world.cancel(now=at(3))
+    world.retry("a", now=at(4))
+    world.complete("a", Success("r"), fence=running(world, "a", now=at(5)), now=at(6))
+    assert world.task.submitted_by == "" and world.state("g") is NodeState.PAUSED
+    with pytest.raises(Forbidden, match="no recorded submitter"):
+        world.decide_gate("g", "approve", now=at(7), by="bob")
+    world.expire("g", now=at(106))
+    assert world.snaps["g"].decision is not None
+    assert world.snaps["g"].decision["by"] == GATE_TIMEOUT_ACTOR
+    assert world.state("ko") is NodeState.WAITING
 
 
 # ============================================================================ helpers
@@ -1057,9 +1123,6 @@ def test_backoff_doubles_per_attempt_with_deterministic_jitter() -> None:
     assert len(delays) > 40  # the jitter spreads keys apart
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "RuleConfig documents backoff_cap as the 'largest retry delay', but backoff_delay "
-    "applies the ±20% jitter after the cap, so a delay can reach 1.2 * backoff_cap"))
 def test_backoff_never_exceeds_the_cap() -> None:
     config = RuleConfig(backoff_base=1.0, backoff_cap=60.0)
     assert max(backoff_delay(20, f"k{i}", config) for i in range(100)) <= 60.0

@@ -1,0 +1,80 @@
+"""Which upstream outputs a node's templates read, and rendering that names the template.
+
+A transition loads only the snapshots its decision depends on: these helpers find the
+``nodes.<id>`` a node's input, prompt, description, guards or expression reference (from
+each template's AST), so the rule asks for exactly those (``Need``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from axengine import template
+from axengine.dag import Node
+from axengine.errors import TemplateError
+
+__all__ = ["expression_refs", "guard_refs", "named", "param_refs"]
+
+
+def named(which: str, render: Callable[[Any, Mapping[str, Any]], Any], source: Any,
+           ctx: Mapping[str, Any]) -> Any:
+    """Render one of a node's templates; an error says which one failed (``prompt
+    template: no field 'x'``), as ``ax validate`` names it, keeping its class and line."""
+    try:
+        return render(source, ctx)
+    except TemplateError as exc:
+        named = type(exc)(f"{which}: {exc}")
+        named.line = getattr(exc, "line", 0)  # type: ignore[attr-defined]
+        raise named from exc
+
+
+def _templates_in(value: Any) -> Iterable[str]:
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, Mapping):
+        for v in value.values():
+            yield from _templates_in(v)
+    elif isinstance(value, list | tuple):
+        for v in value:
+            yield from _templates_in(v)
+
+
+def _refs_of(src: str) -> frozenset[str] | None:
+    if "nodes" not in src:
+        return frozenset()
+    if "{{" in src or "{%" in src:
+        return template.referenced_nodes(src)
+    # A bare guard (no markup) is evaluated as one expression.
+    return template.referenced_nodes("{{ " + src + " }}")
+
+
+def _union_refs(sources: Iterable[str]) -> frozenset[str] | None:
+    refs: set[str] = set()
+    for src in sources:
+        found = _refs_of(src)
+        if found is None:
+            return None
+        refs |= found
+    return frozenset(refs)
+
+
+def param_refs(node: Node) -> frozenset[str] | None:
+    sources = list(_templates_in(node.input))
+    if node.prompt is not None:
+        sources.append(node.prompt)
+    if node.description is not None and node.type == "human_gateway":
+        sources.append(node.description)
+    return _union_refs(sources)
+
+
+def guard_refs(node: Node) -> frozenset[str] | None:
+    return _union_refs(e.condition for e in node.next if e.condition is not None)
+
+
+def expression_refs(node: Node) -> frozenset[str] | None:
+    expression = node.expression or ""
+    if "{{" in expression:
+        return _refs_of(expression)
+    # The if/elif/else form is not a template: load every node only when it needs them.
+    return None if "nodes" in expression else frozenset()
