@@ -10,6 +10,7 @@ the error table they share with the server.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import time
 from collections.abc import Callable, Iterator
@@ -21,7 +22,7 @@ import pytest
 import axengine as ax
 from axengine.cli import main as cli_main
 from axengine.client import AsyncClient, Client, error_from_response
-from axengine.client._core import SseParser
+from axengine.client._core import Core, SseParser
 from axengine.dag import load_dag
 from axengine.errors import (
     ApiUnavailable,
@@ -360,6 +361,38 @@ def test_token_is_sent_as_a_bearer_header() -> None:
     assert seen == ["Bearer s3cret"]
 
 
+OPERATIONS = ["submit", "get", "events", "result", "task_view", "watch", "wait", "run",
+              "decide", "approve", "reject", "cancel", "retry", "list_tasks", "validate",
+              "ready"]
+
+
+@pytest.mark.parametrize("name", OPERATIONS)
+def test_client_methods_are_the_core_operations_with_their_docs(name: str) -> None:
+    op = getattr(Core, name)
+    for cls in (Client, AsyncClient):
+        method = getattr(cls, name)
+        assert method.__doc__ and method.__doc__ == op.__doc__
+        assert method.__qualname__ == f"{cls.__name__}.{name}"
+        assert method.__module__ == cls.__module__
+        shown = inspect.signature(method)
+        assert shown.parameters == inspect.signature(op).parameters
+        assert "Op[" not in str(shown.return_annotation)
+    assert inspect.iscoroutinefunction(AsyncClient.run) and not inspect.iscoroutinefunction(
+        Client.run)
+    assert inspect.isgeneratorfunction(Client.watch)
+    assert inspect.isasyncgenfunction(AsyncClient.watch)
+    assert inspect.signature(Client.submit).return_annotation == "Submission"
+
+
+def test_every_public_core_operation_is_a_client_method() -> None:
+    public = {n for n, f in vars(Core).items() if inspect.isfunction(f) and n[0] != "_"}
+    assert public - {"call"} == set(OPERATIONS)
+    for cls in (Client, AsyncClient):
+        assert {"close"} | set(OPERATIONS) <= set(dir(cls))
+    with Client("http://ax.test/") as client:
+        assert client.url == "http://ax.test"
+
+
 def _fake_server() -> Callable[[httpx.Request], httpx.Response]:
     """A task that runs one node: RUNNING until its event stream has been read, then
     SUCCEEDED. Enough to drive the wait loop of both clients without a server."""
@@ -403,6 +436,8 @@ def test_both_clients_run_the_same_wait_loop_without_a_server() -> None:
     seen: list[str] = []
     with Client("http://ax.test", transport=httpx.MockTransport(_fake_server())) as c:
         result = c.wait("t-1", timeout=10, on_event=lambda e: seen.append(e.kind))
+        with pytest.raises(NotFound):
+            next(c.watch("t-2"))
 
     async def scenario() -> tuple[RunResult, list[str]]:
         kinds: list[str] = []
@@ -413,6 +448,8 @@ def test_both_clients_run_the_same_wait_loop_without_a_server() -> None:
             assert watched == ["claimed", "committed"]
             with pytest.raises(NotFound):
                 await ac.get("t-2")
+            with pytest.raises(NotFound):
+                await anext(ac.watch("t-2"))
             return done, kinds
 
     assert seen == ["claimed", "committed"]

@@ -14,7 +14,9 @@ types the embedded engine returns (:class:`~axengine.wire.RunResult`,
 :class:`~axengine.records.Event`, the engine's ``TaskView``), so code moves between
 ``ax.run`` and a server without change. Both are thin shells over one sans-I/O core
 (``_core.py``: requests, decoding through :mod:`axengine.wire`, error mapping, retries,
-the wait loop and the event-stream parser), so they cannot behave differently.
+the wait loop and the event-stream parser), so they cannot behave differently: their
+methods are the core's operations, whose signatures and docstrings are written once, on
+``Core``.
 
 Errors. An error answer is raised as the :class:`~axengine.errors.AxError` class its
 ``error.type`` names (``NotFound``, ``Conflict``, ``DagError`` with its problems...),

@@ -12,17 +12,25 @@ and ``httpx.AsyncClient``: the logic is written once (httpx's own ``BaseClient``
 Operations compose with ``yield from``: ``wait`` is ``get``, ``decide``, ``watch`` and
 ``result`` in a loop. ``watch`` hands each event out as an :class:`Emit` effect; ``wait``
 consumes them itself, the shells' ``watch`` methods yield them to the caller.
+
+The public operations' signatures and docstrings are written here only: the shells'
+methods are these operations, bound by ``sync_op`` / ``async_op`` (``sync_stream`` /
+``async_stream`` for ``watch``), which drive them with :class:`Steps` and show them with
+:func:`describe_as_method`.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import random
 import time
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar
 
 import httpx
 
@@ -51,7 +59,9 @@ __all__ = [
     "Send",
     "Sleep",
     "SseParser",
+    "Steps",
     "Submission",
+    "describe_as_method",
     "error_from_response",
 ]
 
@@ -91,6 +101,9 @@ class Send:
     params: Mapping[str, Any] | None = None
     body: Any = None
 
+    def request(self, http: httpx.Client | httpx.AsyncClient) -> httpx.Request:
+        return http.build_request(self.method, self.path, json=self.body, params=self.params)
+
 
 @dataclass(frozen=True)
 class OpenStream:
@@ -100,6 +113,10 @@ class OpenStream:
     path: str
     params: Mapping[str, Any]
     timeout: httpx.Timeout
+
+    def request(self, http: httpx.Client | httpx.AsyncClient) -> httpx.Request:
+        return http.build_request("GET", self.path, params=self.params, timeout=self.timeout,
+                                  headers={"Accept": "text/event-stream"})
 
 
 @dataclass(frozen=True)
@@ -259,12 +276,67 @@ def _relay(op: Op[None], on_emit: Callable[[Event], bool]) -> Op[None]:
         op.close()
 
 
+# ---------------------------------------------------------------------------- driving
+
+
+class Steps(Generic[T]):
+    """An operation as a shell drives it: iterating gives its effects; set ``reply`` to an
+    effect's answer before taking the next one (an :class:`Emit` is answered with None);
+    ``result`` is what it returned. As a context manager, closes the operation on exit.
+    """
+
+    result: T
+
+    def __init__(self, op: Op[T]) -> None:
+        self._op = op
+        self.reply: Any = None
+
+    def __iter__(self) -> Steps[T]:
+        return self
+
+    def __next__(self) -> Effect:
+        reply, self.reply = self.reply, None
+        try:
+            return self._op.send(reply)
+        except StopIteration as stop:
+            self.result = stop.value
+            raise
+
+    def __enter__(self) -> Steps[T]:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self._op.close()
+
+
+def describe_as_method(method: Callable[..., Any], op: Callable[..., Any], owner: str,
+                       returns: str | None = None) -> None:
+    """Give a shell's ``method`` that runs the operation ``op`` the name, docstring and
+    parameters of ``op`` (``functools.wraps``), as a method of the class ``owner``
+    returning ``returns``, by default what ``op`` returns (``Op[X]``: ``X``); so help()
+    and documentation tools show the operation as the shell's method."""
+    module = method.__module__
+    functools.update_wrapper(method, op)
+    result = returns or str(op.__annotations__["return"]).removeprefix("Op[").removesuffix("]")
+    signature = inspect.signature(op).replace(return_annotation=result)
+    vars(method)["__signature__"] = signature
+    method.__annotations__ = {**op.__annotations__, "return": result}
+    method.__qualname__ = f"{owner}.{op.__name__}"
+    method.__module__ = module
+
+
 # ---------------------------------------------------------------------------- operations
 
 
 class Core:
     """Request building, decoding, error mapping, retries and the wait loop, for one
     server. Holds no connection: the shells own those.
+
+    Its public operations (all but :meth:`call`) are the methods of
+    :class:`~axengine.client.Client` and :class:`~axengine.client.AsyncClient`, with the
+    signatures and docstrings written here; a docstring says what the client's method
+    returns, which the operation returns when it ends (``Op[X]``: ``X``).
 
     Args:
         url: Base URL of the REST listener.
@@ -315,6 +387,21 @@ class Core:
     def submit(self, dag: DagLike, input: Any = None, *, idempotency_key: str = "",
                labels: Mapping[str, str] | None = None, priority: int = 0,
                deadline_seconds: float | None = None) -> Op[Submission]:
+        """Submit a task. The same ``idempotency_key`` with the same payload names the
+        same task (``created=False``); with another payload it raises ``Conflict``.
+
+        Args:
+            dag: A DAG file path, a :class:`~axengine.dag.Dag`, a parsed mapping or the
+                YAML text itself.
+            input: The task's input (``{}`` when None).
+            idempotency_key: Names the submission: repeating it is harmless (and retried
+                when the connection drops).
+            labels: ``key: value`` labels to find the task by (:meth:`list_tasks`).
+            priority: The task's priority; above the default (0) needs the ``expedite``
+                role.
+            deadline_seconds: Seconds the task has to finish; past them its unfinished
+                nodes fail.
+        """
         body, source = _dag_body(dag)
         body["input"] = {} if input is None else input
         if idempotency_key:
@@ -330,9 +417,11 @@ class Core:
         return Submission(str(data["task_id"]), bool(data["created"]), str(data["dag_hash"]))
 
     def get(self, task_id: str) -> Op[dict[str, Any]]:
+        """The task and its nodes, as the REST API returns them."""
         return dict((yield from self.call("GET", f"/v1/tasks/{task_id}", idempotent=True)))
 
     def events(self, task_id: str, *, after_seq: int = 0) -> Op[list[Event]]:
+        """The task's events in commit order (every page), after ``after_seq``."""
         out: list[Event] = []
         params: dict[str, Any] = {"after_seq": after_seq, "limit": _EVENTS_PAGE}
         for _ in range(_MAX_EVENT_PAGES):
@@ -348,11 +437,14 @@ class Core:
         return out
 
     def result(self, task_id: str) -> Op[RunResult]:
+        """The task's current :class:`~axengine.wire.RunResult` (final or not)."""
         task = yield from self.get(task_id)
         events = yield from self.events(task_id)
         return wire.result_of(wire.task_nodes_from_json(task), events)
 
     def task_view(self, task_id: str) -> Op[TaskView]:
+        """The task as the engine sees it: record, DAG and node snapshots (loads the
+        engine and the DAG model on first use)."""
         # Imported here: the DAG model and the engine's view cost the template sandbox
         # and the engine, which nothing else of the client needs.
         from axengine.dag import Dag
@@ -368,8 +460,11 @@ class Core:
 
     def watch(self, task_id: str, *, after_seq: int = 0,
               timeout: float | None = None) -> Op[None]:
-        """Emit the task's events as they commit, until the task is final, ``timeout``
-        passes or the stream breaks (then the caller goes on from the last ``seq``).
+        """Follow the task's events as they commit (server-sent events): the client's
+        ``watch`` yields each one (this operation emits it as an :class:`Emit` effect).
+
+        Ends when the task is final, when ``timeout`` seconds have passed, or when the
+        stream breaks (the server restarted: call again with the last ``seq``).
 
         Raises:
             AxError: The server refused the watch (unknown task...), or reported a
@@ -404,6 +499,15 @@ class Core:
     def wait(self, task_id: str, timeout: float | None = None, *,
              decide: Mapping[str, str] | None = None,
              on_event: Callable[[Event], None] | None = None) -> Op[RunResult]:
+        """Wait until the task is final, or paused at a gate ``decide`` does not cover;
+        return its :class:`~axengine.wire.RunResult`.
+
+        Args:
+            task_id: The task.
+            timeout: Give up waiting after this many seconds (the task goes on).
+            decide: Decisions for gates, by node id, made when they are reached.
+            on_event: Called with every event seen while waiting.
+        """
         decide = dict(decide or {})
         end = None if timeout is None else time.monotonic() + timeout
         decided: set[str] = set()
@@ -443,23 +547,36 @@ class Core:
             deadline_seconds: float | None = None, decide: Mapping[str, str] | None = None,
             timeout: float | None = None,
             on_event: Callable[[Event], None] | None = None) -> Op[RunResult]:
+        """:meth:`submit`, then :meth:`wait` for the result (same arguments)."""
         sub = yield from self.submit(dag, input, idempotency_key=idempotency_key,
                                      labels=labels, priority=priority,
                                      deadline_seconds=deadline_seconds)
         return (yield from self.wait(sub.task_id, timeout, decide=decide, on_event=on_event))
 
     def decide(self, task_id: str, node: str, decision: str, comment: str = "") -> Op[str]:
+        """Approve or reject a waiting gate: ``committed`` or ``already-done``."""
         data = yield from self.call("POST", f"/v1/tasks/{task_id}/nodes/{node}/decision",
                                     body={"decision": decision, "comment": comment},
                                     idempotent=True)
         return str(data["result"])
 
+    def approve(self, task_id: str, node: str, comment: str = "") -> Op[str]:
+        """Approve a waiting gate (:meth:`decide` with ``approve``)."""
+        return self.decide(task_id, node, "approve", comment)
+
+    def reject(self, task_id: str, node: str, comment: str = "") -> Op[str]:
+        """Reject a waiting gate (:meth:`decide` with ``reject``)."""
+        return self.decide(task_id, node, "reject", comment)
+
     def cancel(self, task_id: str, reason: str = "") -> Op[str]:
+        """Cancel every unfinished node: ``committed`` or ``already-done``."""
         data = yield from self.call("POST", f"/v1/tasks/{task_id}/cancel",
                                     body={"reason": reason}, idempotent=True)
         return str(data["result"])
 
     def retry(self, task_id: str, from_node: str, *, input: Any = None) -> Op[str]:
+        """Re-run a finished task from ``from_node`` (admin); ``input`` overrides that
+        node's rendered input."""
         body: dict[str, Any] = {"from_node": from_node}
         if input is not None:
             body["input"] = input
@@ -469,6 +586,8 @@ class Core:
 
     def list_tasks(self, *, status: str | None = None, dag: str | None = None,
                    label: str | None = None, limit: int = 100) -> Op[list[TaskRecord]]:
+        """Tasks matching the filters (newest first), at most ``limit``; ``label`` is
+        ``key=value``."""
         params = {k: v for k, v in (("status", status), ("dag", dag), ("label", label)) if v}
         out: list[TaskRecord] = []
         token: str | None = None
@@ -483,10 +602,13 @@ class Core:
         return out
 
     def validate(self, dag: DagLike) -> Op[dict[str, Any]]:
+        """Validate a DAG (any form :meth:`submit` takes) on the server without storing
+        it."""
         body, _ = _dag_body(dag)
         return dict((yield from self.call("POST", "/v1/dags/validate", body=body,
                                           idempotent=True)))
 
     def ready(self) -> Op[bool]:
+        """True when the server answers ``/readyz`` with its store and queue up."""
         reply = yield Send("GET", "/readyz")
         return not isinstance(reply, httpx.TransportError) and reply.status_code == 200
