@@ -138,7 +138,12 @@ def check_json_value(value: Any, field: str, *, max_depth: int = MAX_JSON_DEPTH,
                 stack.append((child, depth, where))
         else:
             stack.extend((child, depth, where) for child in item)
-    data = canonical_json(value, field).encode()  # the walk left only the digit limit
+    text = canonical_json(value, field)  # the walk left only the digit limit
+    try:
+        data = text.encode()
+    except UnicodeEncodeError as exc:  # a lone surrogate ("\ud800") is not Unicode text
+        raise InputError(f"{field} is not valid Unicode text: {exc.reason} at character "
+                         f"{exc.start} of its JSON") from None
     if len(data) > max_bytes:
         raise InputError(f"{field} is {len(data)} bytes of JSON; the limit is {max_bytes}")
     return data

@@ -15,20 +15,21 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from axengine.clock import SYSTEM, Clock
 from axengine.config import AxConfig
 from axengine.dag import Dag
 from axengine.engine import (
+    Engine,
     EngineConfig,
     Event,
-    Reconciler,
     TaskRecord,
     TaskStatus,
     TaskView,
 )
-from axengine.owners import host_pid_owner
+from axengine.process import AxProcess, ExecutorSpec, Shape
+from axengine.queue import DEFAULT_LANE, FAST_LANE
 from axengine.wire import RunResult, path_of, result_of
-from axengine.wiring import Runtime, build_runtime
-from axengine.worker import Worker
+from axengine.worker._process import DEFAULT_GRACE_SECONDS
 from executors.contract import Handler
 
 __all__ = ["GateDecider", "LocalSession", "RunResult", "load_any_dag", "path_of", "result_of"]
@@ -49,15 +50,21 @@ def load_any_dag(dag: str | Path | Dag | Mapping[str, Any]) -> Dag:
 
 
 class LocalSession:
-    """An embedded engine with its worker and reconciler running in this event loop.
+    """The embedded process shape (:mod:`axengine.process`) with helpers to submit and
+    wait: an engine on the embedded store, its executor and reconciler in this loop.
 
     Args:
         config: Where the store and blobs live (default: from the environment, ``.ax``).
-        concurrency: Nodes run at once by the in-process worker.
+        concurrency: Nodes run at once by the in-process executor.
         lease_seconds: Lease of each claim (renewed by heartbeats).
         reconcile_interval: Seconds between reconciler passes.
         handler: Node handler (default: ``executors.handlers.handle``).
         engine_config: Engine tunables.
+        grace_seconds: Time nodes in flight get to finish when the session closes before
+            they are handed back (WAITING again, no attempt spent).
+        lanes: Lanes the executor serves (default: every lane).
+        clock: Time of the engine, executor and reconciler (tests inject
+            :class:`~axengine.clock.ManualClock` to run timeouts instantly).
     """
 
     def __init__(
@@ -69,59 +76,35 @@ class LocalSession:
         reconcile_interval: float = 2.0,
         handler: Handler | None = None,
         engine_config: EngineConfig | None = None,
+        grace_seconds: float = DEFAULT_GRACE_SECONDS,
+        lanes: Sequence[str] = (FAST_LANE, DEFAULT_LANE),
+        clock: Clock = SYSTEM,
     ) -> None:
         self.config = config or AxConfig.from_env()
-        self.concurrency = concurrency
-        self.lease_seconds = lease_seconds
-        self.reconcile_interval = reconcile_interval
-        self.handler = handler
-        self.engine_config = engine_config
-        self._runtime: Runtime | None = None
-        self._stop = asyncio.Event()
-        self._tasks: list[asyncio.Task[None]] = []
-        self._changed: dict[str, asyncio.Event] = {}
-        self.worker: Worker | None = None
-        self.reconciler: Reconciler | None = None
-
-    @property
-    def runtime(self) -> Runtime:
-        if self._runtime is None:
-            raise RuntimeError("LocalSession is not started: use 'async with'")
-        return self._runtime
-
-    @property
-    def engine(self) -> Any:
-        return self.runtime.engine
-
-    async def __aenter__(self) -> LocalSession:
-        self._runtime = build_runtime(self.config, engine_config=self.engine_config)
-        engine = self._runtime.engine
-        engine.add_listener(self._on_commit)
-        owner = host_pid_owner("w")
         # Embedded runs are your own DAGs on your own machine: the tools' policy trusts
         # them (local files, loopback) unless the caller's settings say otherwise. The
-        # API paths (ax server, ax executor) keep the default, untrusted "api".
+        # API shapes (ax server, ax executor) keep the default, untrusted "api".
         settings = {"trust": "local", **self.config.resolved_handler_settings}
-        self.worker = Worker(engine=engine, queue=self._runtime.queue, handler=self.handler,
-                             worker_id=owner, concurrency=self.concurrency,
-                             lease_seconds=self.lease_seconds, settings=settings,
-                             poll_timeout=0.2)
-        self.reconciler = Reconciler(engine, owner=owner, interval=self.reconcile_interval,
-                                     leader_ttl=max(5.0, self.reconcile_interval * 4))
-        # Rebuild the in-process queue from the store before serving anything.
-        if await self.reconciler.elect():
-            await self.reconciler.run_once()
-        self._tasks = [asyncio.create_task(self.worker.run(self._stop)),
-                       asyncio.create_task(self.reconciler.run(self._stop))]
+        self.process = AxProcess(Shape(
+            config=self.config, reconcile_interval=reconcile_interval,
+            engine_config=engine_config, clock=clock,
+            executor=ExecutorSpec(concurrency=concurrency, lease_seconds=lease_seconds,
+                                  grace_seconds=grace_seconds, settings=settings,
+                                  lanes=lanes, handler=handler, poll_timeout=0.2)))
+        self._changed: dict[str, asyncio.Event] = {}
+
+    @property
+    def engine(self) -> Engine:
+        return self.process.engine
+
+    async def __aenter__(self) -> LocalSession:
+        await self.process.start()
+        self.engine.add_listener(self._on_commit)
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None,
                         exc: BaseException | None, tb: TracebackType | None) -> None:
-        self._stop.set()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        await self.runtime.close()
+        await self.process.shutdown()
 
     def _on_commit(self, task: TaskRecord, events: Sequence[Event]) -> None:
         flag = self._changed.get(task.task_id)

@@ -12,7 +12,11 @@ from __future__ import annotations
 import os
 import secrets
 
-__all__ = ["host_pid_owner", "owner_is_dead"]
+__all__ = ["LOCAL_PRINCIPAL", "host_pid_owner", "owner_is_dead"]
+
+#: ``submitted_by`` of tasks submitted through the embedded engine (``ax run``, the SDK):
+#: there is no authenticated principal, only the local user.
+LOCAL_PRINCIPAL = "local"
 
 
 def host_pid_owner(prefix: str = "w") -> str:

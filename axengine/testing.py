@@ -26,6 +26,7 @@ from typing import Any
 from axengine.config import AxConfig
 from axengine.fixtures import restore_task
 from axengine.local import LocalSession, RunResult
+from axengine.process import default_handler
 from executors.contract import Handler, NodeContext, NodeRequest, Outcome
 
 __all__ = ["Replay", "replay_fixture"]
@@ -60,12 +61,8 @@ def replay_fixture(fixture: str | os.PathLike[str] | Mapping[str, Any], *,
     data = fixture if isinstance(fixture, Mapping) else json.loads(Path(fixture).read_text())
     committed = [s["node_id"] for s in data["snapshots"]
                  if s["state"] in ("SUCCEEDED", "FAILED", "SKIPPED", "DEAD", "CANCELLED")]
-    if handler is None:
-        from executors.handlers import handle
-
-        handler = handle
     executed: list[str] = []
-    inner = handler
+    inner = handler or default_handler()
 
     def recording(request: NodeRequest, ctx: NodeContext) -> Outcome:
         executed.append(request.node_id)
@@ -74,8 +71,7 @@ def replay_fixture(fixture: str | os.PathLike[str] | Mapping[str, Any], *,
     async def main() -> RunResult:
         async with LocalSession(AxConfig(home=Path(home)), handler=recording) as session:
             task_id = await restore_task(session.engine, data)
-            assert session.reconciler is not None
-            await session.reconciler.run_once()
+            await session.process.reconcile_once()
             return await session.wait(task_id, decide=decide, decided_by="replay",
                                       timeout=timeout)
 

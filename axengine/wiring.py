@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -59,7 +61,8 @@ class Runtime:
 
 
 def build_runtime(config: AxConfig, *, engine_config: EngineConfig | None = None,
-                  metrics: AxMetrics | None = None) -> Runtime:
+                  metrics: AxMetrics | None = None,
+                  clock: Callable[[], float] = time.time) -> Runtime:
     """Build store, queue and engine from ``config``.
 
     Args:
@@ -67,11 +70,12 @@ def build_runtime(config: AxConfig, *, engine_config: EngineConfig | None = None
         engine_config: Engine tunables.
         metrics: When given, every store transaction is timed into its
             ``ax_snapshot_write_seconds`` (:meth:`AxMetrics.wrap_store`).
+        clock: The engine's time (epoch seconds).
     """
     store = open_store(config.resolved_store_url)
     if metrics is not None:
         store = metrics.wrap_store(store)
     queue = open_queue(config.queue_url)
     engine = Engine(store=store, queue=queue, blob_dir=config.resolved_blob_dir,
-                    prefix=config.prefix, config=engine_config)
+                    prefix=config.prefix, config=engine_config, clock=clock)
     return Runtime(config=config, store=store, queue=queue, engine=engine)

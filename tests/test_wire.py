@@ -221,3 +221,10 @@ def test_a_body_that_is_not_ours() -> None:
     assert type(back) is ApiUnavailable and str(back) == "HTTP 502: <html>bad gateway</html>"
     assert str(wire.error_from_body(504, None, reason="Gateway Timeout")) == \
         "HTTP 504: Gateway Timeout"
+
+
+def test_a_lone_surrogate_is_refused_as_input_not_a_crash() -> None:
+    from axengine.limits import check_json_value
+
+    with pytest.raises(InputError, match="task input is not valid Unicode text"):
+        check_json_value({"x": "\ud800"}, "task input")

@@ -1,15 +1,16 @@
-"""Assembly of an API process: engine, REST on uvicorn, gRPC, reconciler, executor.
+"""An API process: REST on uvicorn and gRPC on top of its process shape.
 
-:class:`ApiServer` builds the engine from an :class:`~axengine.config.AxConfig` through
-:mod:`axengine.wiring`, attaches the metrics, binds the listeners (port 0 picks a free
-port; the real one is reported), runs the reconciler loop — which only acts while this
-process holds the leadership record in the store, so replicas take turns — and, for
-``ax server``, an in-process executor :class:`~axengine.worker.Worker`.
+:class:`ApiServer` assembles an :class:`~axengine.process.AxProcess` (engine with
+metrics, the reconciler — which only acts while this process holds the leadership
+record in the store, so replicas take turns — and, for ``ax server``, an in-process
+executor), then binds the listeners (port 0 picks a free port; the real one is
+reported).
 
 Shutdown (:meth:`ApiServer.stop`, or SIGTERM/SIGINT under :func:`serve`) is graceful:
-watch streams are told to end, the listeners stop accepting, in-flight requests and
-node runs finish (up to ``shutdown_grace`` seconds for requests), leadership is handed
-back, and the store and queue are closed.
+watch streams are told to end, the listeners stop accepting, in-flight requests finish
+(up to ``shutdown_grace`` seconds), then the process shuts down as every shape does
+(nodes in flight get the executor's grace and are handed back; leadership is handed
+back; the store and queue are closed). A second signal ends the executor's grace.
 """
 
 from __future__ import annotations
@@ -18,10 +19,9 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
-import signal
 import socket
 import sys
-from collections.abc import Callable, Generator, Iterator, Mapping
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,12 +36,10 @@ from axengine.api._quotas import Quotas
 from axengine.api._rest import DEFAULT_MAX_BODY_BYTES, create_app
 from axengine.config import AxConfig
 from axengine.credentials import redact_url
-from axengine.engine import Engine, EngineConfig, Reconciler
+from axengine.engine import Engine, EngineConfig
 from axengine.errors import InputError
 from axengine.metrics import AxMetrics
-from axengine.owners import host_pid_owner
-from axengine.wiring import Runtime, build_runtime
-from axengine.worker import Worker
+from axengine.process import AxProcess, ExecutorSpec, Shape, stop_on_signals
 
 __all__ = ["DEFAULT_GRPC_MAX_MESSAGE", "ApiServer", "Listening", "ServerOptions", "is_loopback",
            "parse_address", "serve"]
@@ -162,107 +160,46 @@ class _Uvicorn(uvicorn.Server):
         return None
 
 
-class _MeteredClient:
-    """The engine as the in-process worker's client, reporting complete answers that
-    write nothing (stale, already-done) to the metrics."""
-
-    def __init__(self, engine: Engine, metrics: AxMetrics) -> None:
-        self.engine = engine
-        self.metrics = metrics
-
-    async def claim(self, task_id: str, node_id: str, *, worker: str,
-                    lease_seconds: float | None = None) -> Any:
-        return await self.engine.claim(task_id, node_id, worker=worker,
-                                       lease_seconds=lease_seconds)
-
-    async def heartbeat(self, task_id: str, node_id: str, *, fence: int,
-                        lease_seconds: float | None = None) -> str:
-        return await self.engine.heartbeat(task_id, node_id, fence=fence,
-                                           lease_seconds=lease_seconds)
-
-    async def progress(self, task_id: str, node_id: str, *, fence: int, marker: str,
-                       lease_seconds: float | None = None) -> str:
-        return await self.engine.progress(task_id, node_id, fence=fence, marker=marker,
-                                          lease_seconds=lease_seconds)
-
-    async def complete(self, task_id: str, node_id: str, *, fence: int, outcome: Any) -> str:
-        answer = await self.engine.complete(task_id, node_id, fence=fence, outcome=outcome)
-        self.metrics.complete_answer(task_id, node_id, answer)
-        return answer
-
-    async def effect_begin(self, key: str, *, task_id: str, node_id: str,
-                           fence: int) -> str:
-        return await self.engine.effect_begin(key, task_id=task_id, node_id=node_id,
-                                              fence=fence)
-
-    async def effect_done(self, key: str, result: Mapping[str, Any], *, task_id: str,
-                          node_id: str, fence: int) -> str:
-        return await self.engine.effect_done(key, result, task_id=task_id, node_id=node_id,
-                                             fence=fence)
-
-    async def effect_get(self, key: str) -> Any:
-        return await self.engine.effect_get(key)
-
-
 class ApiServer:
-    """One API process. ``await start()``, then ``await stop()`` (both in one loop)."""
+    """One API process: its :class:`~axengine.process.AxProcess` (engine, reconciler,
+    and for ``ax server`` an executor) with the REST and gRPC listeners on top.
+    ``await start()``, then ``await stop()`` (both in one loop)."""
 
     def __init__(self, options: ServerOptions) -> None:
         self.options = options
         self.metrics = AxMetrics()
-        self.owner = host_pid_owner(options.role)
         self.stopping = asyncio.Event()
-        self._runtime: Runtime | None = None
+        executor = None
+        if options.run_worker:
+            executor = ExecutorSpec(
+                concurrency=options.worker_concurrency, lease_seconds=options.lease_seconds,
+                settings=options.config.handler_settings, poll_timeout=0.2,
+                observe=self.metrics.complete_answer)
+        self.process = AxProcess(Shape(
+            config=options.config, executor=executor,
+            reconcile_interval=options.reconcile_interval,
+            engine_config=options.engine_config, metrics=self.metrics, role=options.role))
+        self.owner = self.process.owner
         self._uvicorn: _Uvicorn | None = None
         self._http_task: asyncio.Task[None] | None = None
         self._grpc: Any = None
-        self._background: list[asyncio.Task[None]] = []
-        self._worker_stop = asyncio.Event()
-        self.worker: Worker | None = None
-        self.reconciler: Reconciler | None = None
-
-    @property
-    def runtime(self) -> Runtime:
-        if self._runtime is None:
-            raise RuntimeError("ApiServer is not started")
-        return self._runtime
+        self._started = False
 
     @property
     def engine(self) -> Engine:
-        return self.runtime.engine
+        return self.process.engine
 
     async def start(self) -> Listening:
-        """Build the engine, run a first reconcile pass, start every component."""
+        """Start the process (a first reconciler pass included), then the listeners."""
         opts = self.options
-        self._runtime = build_runtime(opts.config, engine_config=opts.engine_config,
-                                      metrics=self.metrics)
-        engine = self._runtime.engine
-        self.metrics.attach(engine)
-        self.reconciler = Reconciler(engine, owner=self.owner,
-                                     interval=opts.reconcile_interval,
-                                     leader_ttl=max(5.0, opts.reconcile_interval * 4))
+        await self.process.start()
+        self._started = True
         try:
-            # An in-process queue starts empty: rebuild it from the store before serving.
-            # A store that is down now is not fatal: readiness says so, the loop retries.
-            try:
-                await self._reconcile_once()
-            except Exception:
-                log.warning("first reconciler pass failed", exc_info=True)
             http_url = await self._start_http() if opts.http else None
             grpc_address = await self._start_grpc() if opts.grpc else None
         except BaseException:
-            await self._shutdown_listeners()
-            runtime, self._runtime = self._runtime, None
-            await runtime.close()
+            await self.stop()
             raise
-        self._background.append(asyncio.create_task(self._reconcile_loop()))
-        if opts.run_worker:
-            self.worker = Worker(
-                engine=_MeteredClient(engine, self.metrics), queue=self._runtime.queue,
-                worker_id=self.owner, concurrency=opts.worker_concurrency,
-                lease_seconds=opts.lease_seconds, settings=opts.config.handler_settings,
-                poll_timeout=0.2)
-            self._background.append(asyncio.create_task(self.worker.run(self._worker_stop)))
         return Listening(http_url, grpc_address)
 
     async def _start_http(self) -> str:
@@ -311,38 +248,6 @@ class ApiServer:
         self._grpc = server
         return _format(host, int(bound))
 
-    async def _reconcile_once(self) -> None:
-        assert self.reconciler is not None
-        if await self.reconciler.elect():
-            await self.reconciler.run_once()
-
-    async def _reconcile_loop(self) -> None:
-        interval = self.options.reconcile_interval
-        failing = False
-        while not self.stopping.is_set():
-            # start() made the first pass; every later pass comes one interval after.
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.stopping.wait(), timeout=interval)
-            if self.stopping.is_set():
-                return
-            try:
-                await self._reconcile_once()
-                await self.metrics.drain(self.engine)
-                if failing:
-                    log.warning("reconciler: store and queue reachable again")
-                failing = False
-            except Exception:
-                # The store or queue is down: keep serving what can be served and retry.
-                if not failing:
-                    log.warning("reconciler pass failed; retrying every %.1fs", interval,
-                                exc_info=True)
-                failing = True
-
-    async def _release_leadership(self) -> None:
-        """Hand the reconciler leadership back so another replica takes over at once."""
-        if self.reconciler is not None:
-            await self.reconciler.resign()
-
     async def _shutdown_listeners(self) -> None:
         waits = []
         if self._uvicorn is not None and self._http_task is not None:
@@ -357,35 +262,16 @@ class ApiServer:
 
     async def stop(self) -> None:
         """Stop gracefully (see the module docstring); idempotent."""
-        if self._runtime is None:
+        if not self._started:
             return
+        self._started = False
         self.stopping.set()
-        self._worker_stop.set()
         await self._shutdown_listeners()
-        for result in await asyncio.gather(*self._background, return_exceptions=True):
-            if isinstance(result, BaseException):
-                log.warning("background task ended with an error: %r", result)
-        with contextlib.suppress(Exception):
-            await self._release_leadership()
-        runtime, self._runtime = self._runtime, None
-        await runtime.close()
+        await self.process.shutdown()
 
 
 def _print(line: str) -> None:
     print(f"ax: {line}", flush=True)
-
-
-@contextlib.contextmanager
-def _signals(stop: asyncio.Event) -> Iterator[None]:
-    loop = asyncio.get_running_loop()
-    handled = (signal.SIGTERM, signal.SIGINT)
-    for sig in handled:
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        yield
-    finally:
-        for sig in handled:
-            loop.remove_signal_handler(sig)
 
 
 async def serve(options: ServerOptions, *, stop: asyncio.Event | None = None,
@@ -398,7 +284,8 @@ async def serve(options: ServerOptions, *, stop: asyncio.Event | None = None,
     """
     stop = stop or asyncio.Event()
     server = ApiServer(options)
-    with _signals(stop) if install_signals else contextlib.nullcontext():
+    with (stop_on_signals(stop, server.process.hurry, name=server.owner) if install_signals
+          else contextlib.nullcontext()):
         listening = await server.start()
         if listening.http_url:
             _print(f"http listening on {listening.http_url}")

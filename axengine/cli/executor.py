@@ -1,7 +1,7 @@
 """``ax executor``: run nodes from the Redis queue against an ``ax api`` server.
 
 The process prints one line naming its worker id once it is wired, serves until
-SIGTERM/SIGINT, then shuts down gracefully (see :mod:`axengine.worker._process`).
+SIGTERM/SIGINT, then shuts down gracefully (see :mod:`axengine.process`).
 """
 
 from __future__ import annotations
@@ -18,8 +18,9 @@ from axengine.cli._common import EXIT_FAILED, EXIT_OK, fail, parse_json_arg
 from axengine.config import AxConfig
 from axengine.credentials import redact_url
 from axengine.errors import AxError
+from axengine.process import AxProcess, ExecutorSpec, RemoteApi, Shape, serve
 from axengine.queue import DEFAULT_LANE, FAST_LANE
-from axengine.worker._process import DEFAULT_GRACE_SECONDS, ExecutorSettings, serve
+from axengine.worker._process import DEFAULT_GRACE_SECONDS
 
 
 def register(sub: Any) -> None:
@@ -89,21 +90,25 @@ def cmd_executor(args: argparse.Namespace) -> int:
     except AxError as exc:
         return fail(str(exc))
     handler_settings = {**AxConfig.from_env().handler_settings, **extra}
-    settings = ExecutorSettings(
-        api=args.api, queue_url=args.queue, token=token, worker_id=args.worker_id,
-        concurrency=args.concurrency, lease_seconds=args.lease, grace_seconds=args.grace,
-        lanes=tuple(args.lane or (FAST_LANE, DEFAULT_LANE)), handler_settings=handler_settings,
-    )
+    shape = Shape(
+        config=AxConfig(queue_url=args.queue), remote=RemoteApi(address=args.api, token=token),
+        reconcile_interval=None,
+        executor=ExecutorSpec(
+            worker_id=args.worker_id, concurrency=args.concurrency, lease_seconds=args.lease,
+            grace_seconds=args.grace, lanes=tuple(args.lane or (FAST_LANE, DEFAULT_LANE)),
+            settings=handler_settings))
 
-    def announce(worker_id: str) -> None:
-        print(f"ax executor: worker {worker_id} (pid {os.getpid()}) serving api {args.api}, "
-              f"queue {redact_url(args.queue)}, concurrency {args.concurrency}, "
-              f"lease {args.lease:g}s", flush=True)
+    def announce(process: AxProcess) -> None:
+        assert process.executor is not None
+        print(f"ax executor: worker {process.executor.worker_id} (pid {os.getpid()}) serving "
+              f"api {args.api}, queue {redact_url(args.queue)}, concurrency "
+              f"{args.concurrency}, lease {args.lease:g}s", flush=True)
 
     try:
-        report = asyncio.run(serve(settings, announce=announce))
+        report = asyncio.run(serve(shape, announce=announce))
     except AxError as exc:
         return fail(str(exc), EXIT_FAILED)
+    assert report is not None
     print(f"ax executor: worker {report.worker_id} stopped "
           f"({'graceful' if report.graceful else 'handed back ' + str(len(report.handed_back))})",
           flush=True)

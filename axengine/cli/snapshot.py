@@ -72,7 +72,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     async def main(home: str) -> int:
         async with LocalSession(AxConfig.from_env(home=home)) as session:
             task_id = await restore_task(session.engine, _load(args.fixture))
-            await session.reconciler.run_once()  # type: ignore[union-attr]
+            await session.process.reconcile_once()
             result = await session.wait(task_id, decide=decide, decided_by="replay")
         print(f"{result.status}: " + " -> ".join(result.path))
         return EXIT_OK if result.status == "SUCCEEDED" else EXIT_FAILED

@@ -13,8 +13,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from axengine.clock import SYSTEM, Clock, wait_event
 from axengine.engine._shell import Engine
 from axengine.errors import AxError
 from axengine.owners import owner_is_dead
@@ -23,6 +26,8 @@ from axengine.records import NodeState
 from axengine.store import Delete, KeyValue, Mod, Put
 
 __all__ = ["ReconcileReport", "Reconciler"]
+
+log = logging.getLogger("axengine.reconciler")
 
 
 @dataclass
@@ -35,11 +40,22 @@ class ReconcileReport:
 
 
 class Reconciler:
-    """Periodic repair, run only by the elected leader."""
+    """Periodic repair, run only by the elected leader.
+
+    Args:
+        engine: The engine it repairs through.
+        owner: This process's owner id (named in the leadership record).
+        interval: Seconds between passes.
+        leader_ttl: Seconds a leadership record lasts without renewal.
+        stuck_after: Seconds a due WAITING node may look queued before it is re-enqueued.
+        clock: What the loop waits on between passes (decisions read ``engine.clock``).
+    """
 
     def __init__(self, engine: Engine, *, owner: str, interval: float = 1.0,
-                 leader_ttl: float = 10.0, stuck_after: float = 30.0) -> None:
+                 leader_ttl: float = 10.0, stuck_after: float = 30.0,
+                 clock: Clock = SYSTEM) -> None:
         self.engine = engine
+        self.clock = clock
         self.owner = owner
         self.interval = interval
         self.leader_ttl = leader_ttl
@@ -136,14 +152,37 @@ class Reconciler:
         if kv is not None and json.loads(kv.value)["owner"] == self.owner:
             await self.engine._store.txn([Mod(kv.key) == kv.mod_revision], [Delete(kv.key)])
 
-    async def run(self, stop: asyncio.Event) -> None:
+    async def pass_if_leader(self) -> ReconcileReport | None:
+        """Take or renew leadership and, while leading, make one pass."""
+        return await self.run_once() if await self.elect() else None
+
+    async def run(self, stop: asyncio.Event, *,
+                  after_pass: Callable[[], Awaitable[None]] | None = None) -> None:
         """Reconcile every ``interval`` seconds while leader, until ``stop`` is set; then
-        resign."""
+        resign. A pass that fails (the store or queue is down) is logged once and
+        retried every interval: the process keeps serving what it can.
+
+        Args:
+            stop: Set to end the loop.
+            after_pass: Awaited after every pass (e.g. draining metrics).
+        """
+        failing = False
         while not stop.is_set():
-            if await self.elect():
-                await self.run_once()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=self.interval)
+            try:
+                await self.pass_if_leader()
+                if after_pass is not None:
+                    await after_pass()
+            except Exception:
+                # A store or queue outage, or a bug of one pass: never the end of the loop.
+                if not failing:
+                    log.warning("reconciler pass failed; retrying every %.1fs",
+                                self.interval, exc_info=True)
+                failing = True
+            else:
+                if failing:
+                    log.warning("reconciler: store and queue reachable again")
+                failing = False
+            await wait_event(self.clock, stop, self.interval)
         # Best effort: a store that is down at shutdown leaves the record to expire.
         with contextlib.suppress(AxError):
             await self.resign()

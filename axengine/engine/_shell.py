@@ -41,18 +41,15 @@ from axengine.engine._restore import restored
 from axengine.engine._view import Need, View
 from axengine.errors import Conflict, NotFound, StoreError
 from axengine.keys import StoreKeys
-from axengine.limits import check_json_value
+from axengine.limits import canonical_json, check_json_value
+from axengine.owners import LOCAL_PRINCIPAL
 from axengine.queue import WorkItem, WorkQueue
 from axengine.records import Event, Snapshot, TaskRecord, TaskStatus
 from axengine.store import Compare, Get, Mod, Op, Put, StateStore, TxnResult, Version
 from executors.contract import NodeRequest, Outcome
 
-__all__ = ["LOCAL_PRINCIPAL", "ClaimResult", "Engine", "EngineConfig", "SubmitResult",
+__all__ = ["ClaimResult", "Engine", "EngineConfig", "SubmitResult",
            "TaskView"]
-
-#: ``submitted_by`` of tasks submitted through the embedded engine (``ax run``, the SDK):
-#: there is no authenticated principal, only the local user.
-LOCAL_PRINCIPAL = "local"
 
 #: How many times a transition is re-decided after losing a compare before giving up.
 MAX_CAS_RETRIES = 64
@@ -225,12 +222,12 @@ class Engine(EngineReads):
     async def _externalize(self, snap: Snapshot) -> Snapshot:
         threshold = self.config.blob_threshold
         if snap.output is not None and snap.output_ref is None:
-            data = rules.canonical_json(snap.output)
+            data = canonical_json(snap.output).encode()
             if len(data) > threshold:
                 ref = await asyncio.to_thread(self._blobs.put, data)  # file I/O: off the loop
                 snap = replace(snap, output=None, output_ref=ref)
         if snap.input is not None and snap.input_ref is None:
-            data = rules.canonical_json(snap.input)
+            data = canonical_json(snap.input).encode()
             if len(data) > threshold:
                 ref = await asyncio.to_thread(self._blobs.put, data)
                 snap = replace(snap, input=None, input_ref=ref)

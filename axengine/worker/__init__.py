@@ -1,7 +1,7 @@
 """Workers: pop → claim → run → heartbeat → complete, and the handler context.
 
-``Executor``/``serve`` (the ``ax executor`` process: Redis queue + gRPC engine client)
-are loaded lazily so the embedded engine does not import grpc.
+``Executor`` (a worker with graceful shutdown, used by every process shape that runs
+nodes; see :mod:`axengine.process`) is loaded lazily.
 """
 
 from __future__ import annotations
@@ -15,14 +15,12 @@ __all__ = [
     "DependencyRamp",
     "EngineClient",
     "Executor",
-    "ExecutorSettings",
     "RunContext",
     "ShutdownReport",
     "Worker",
-    "serve",
 ]
 
-_PROCESS = ("Executor", "ExecutorSettings", "ShutdownReport", "serve")
+_PROCESS = ("Executor", "ShutdownReport")
 
 
 def __getattr__(name: str) -> Any:

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
 from collections.abc import Mapping
 from typing import Any, Protocol, cast
 
 from axengine import faults
+from axengine.clock import SYSTEM, Clock
 from axengine.errors import Conflict
 from executors.contract import EffectState, NodeRequest
 
@@ -111,7 +111,7 @@ class RunContext:
 
     def __init__(self, *, loop: asyncio.AbstractEventLoop, engine: EngineClient,
                  request: NodeRequest, lease_seconds: float,
-                 settings: Mapping[str, Any]) -> None:
+                 settings: Mapping[str, Any], clock: Clock = SYSTEM) -> None:
         self.loop = loop
         self.engine = engine
         self.request = request
@@ -119,7 +119,8 @@ class RunContext:
         self._settings = settings
         self._cancel = threading.Event()
         self.stale = False
-        self._last_beat = time.monotonic()
+        self.clock = clock
+        self._last_beat = clock.monotonic()
 
     def call(self, coro: Any) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(CALL_TIMEOUT)
@@ -149,7 +150,7 @@ class RunContext:
             return False
         # The worker heartbeats on its own schedule; a handler's extra beats only need
         # to reach the engine when the last one is getting old.
-        if time.monotonic() - self._last_beat < self.lease_seconds / 6:
+        if self.clock.monotonic() - self._last_beat < self.lease_seconds / 6:
             return True
         req = self.request
         answer = self.call(self.engine.heartbeat(req.task_id, req.node_id, fence=req.fence,
@@ -161,7 +162,7 @@ class RunContext:
         if answer == "stale":
             self.mark_stale()
         else:
-            self._last_beat = time.monotonic()
+            self._last_beat = self.clock.monotonic()
 
     def progress(self, marker: str) -> bool:
         if self.cancelled:

@@ -1,8 +1,8 @@
-"""The executor process: a :class:`Worker` fed by Redis, talking to the API over gRPC.
+"""The executor: a :class:`Worker` with what a long-lived process needs on top of it.
 
-:func:`serve` is what ``ax executor`` runs. It wires the queue and the
-:class:`~axengine.worker.grpc_client.GrpcEngineClient` around an :class:`Executor`, which
-adds what a long-lived process needs on top of the worker loop:
+Every process shape that runs nodes (``ax run``, ``ax server``, ``ax executor``) runs
+them through an :class:`Executor`, assembled by :mod:`axengine.process` around the
+control plane it has (the in-process engine, or the API's gRPC client). It adds:
 
 - **Graceful shutdown.** The first SIGTERM/SIGINT stops popping. Nodes in flight get
   ``grace_seconds`` to finish and commit normally. Whatever still runs after that is
@@ -29,12 +29,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from axengine.clock import SYSTEM, Clock, wait_event
 from axengine.errors import AxError, QueueError
 from axengine.owners import host_pid_owner, owner_is_dead
 from axengine.queue import DEFAULT_LANE, FAST_LANE, WorkItem, WorkQueue
@@ -45,9 +44,7 @@ from executors.contract import Failure, Handler, NodeContext, NodeRequest, Outco
 __all__ = [
     "DEFAULT_GRACE_SECONDS",
     "Executor",
-    "ExecutorSettings",
     "ShutdownReport",
-    "serve",
 ]
 
 log = logging.getLogger("axengine.executor")
@@ -66,38 +63,6 @@ MAX_QUEUE_BACKOFF = 5.0
 HEALTHY_LOOP_SECONDS = 60.0
 #: Seconds between two looks for dead workers on this host.
 REAP_INTERVAL = 5.0
-
-
-@dataclass(frozen=True, kw_only=True)
-class ExecutorSettings:
-    """How an ``ax executor`` process connects and runs.
-
-    Attributes:
-        api: ``host:port`` of the API's gRPC listener.
-        queue_url: ``redis://host:6379/0`` (the queue the API enqueues to).
-        token: Bearer token with the ``executor`` role.
-        worker_id: Stable worker id; default ``w:<host>:<pid>:<random>``, which lets the
-            reconciler see at once that a killed executor on the same host is gone.
-        concurrency: Nodes run at once.
-        lease_seconds: Lease asked for on claim and heartbeat.
-        grace_seconds: Time in-flight nodes get to finish after SIGTERM.
-        lanes: Lanes served, in priority order.
-        handler_settings: ``ctx.settings`` of the handlers (mail dir, simulate...).
-        call_timeout: Seconds per RPC.
-        retry_for: Seconds an RPC is retried while the API is unavailable.
-    """
-
-    api: str
-    queue_url: str
-    token: str = ""
-    worker_id: str | None = None
-    concurrency: int = 4
-    lease_seconds: float = 30.0
-    grace_seconds: float = DEFAULT_GRACE_SECONDS
-    lanes: Sequence[str] = (FAST_LANE, DEFAULT_LANE)
-    handler_settings: Mapping[str, Any] = field(default_factory=dict)
-    call_timeout: float = 10.0
-    retry_for: float = 60.0
 
 
 @dataclass
@@ -138,9 +103,11 @@ class _Tracking:
     """The engine client as the worker sees it: it records claims and completions so the
     executor knows what is in flight, and logs every fenced answer."""
 
-    def __init__(self, inner: EngineClient, flights: dict[tuple[str, str], _Flight]) -> None:
+    def __init__(self, inner: EngineClient, flights: dict[tuple[str, str], _Flight],
+                 observe: Callable[[str, str, str], None] | None = None) -> None:
         self.inner = inner
         self.flights = flights
+        self.observe = observe
 
     async def claim(self, task_id: str, node_id: str, *, worker: str,
                     lease_seconds: float | None = None) -> Any:
@@ -186,6 +153,8 @@ class _Tracking:
                 flight.completing = False
             raise
         self._drop(task_id, node_id, fence)
+        if self.observe is not None:
+            self.observe(task_id, node_id, answer)
         log.log(logging.WARNING if answer == "stale" else logging.INFO,
                 "complete %s/%s fence=%d %s: %s", task_id, node_id, fence,
                 type(outcome).__name__, answer)
@@ -232,8 +201,10 @@ class Executor:
         grace_seconds: Time in-flight nodes get to finish after the stop signal.
         settings: ``ctx.settings`` of the handlers.
         lanes: Lanes served, in priority order.
-        handler: ``handle(request, ctx)`` (default: ``executors.handlers.handle``).
+        handler: ``handle(request, ctx) -> Outcome``.
         poll_timeout: Longest wait of one queue pop.
+        observe: Told ``(task_id, node_id, answer)`` of every completion (metrics).
+        clock: Node timeouts, heartbeats and the grace period follow it.
     """
 
     def __init__(
@@ -247,13 +218,11 @@ class Executor:
         grace_seconds: float = DEFAULT_GRACE_SECONDS,
         settings: Mapping[str, Any] | None = None,
         lanes: Sequence[str] = (FAST_LANE, DEFAULT_LANE),
-        handler: Handler | None = None,
+        handler: Handler,
         poll_timeout: float = 0.5,
+        observe: Callable[[str, str, str], None] | None = None,
+        clock: Clock = SYSTEM,
     ) -> None:
-        if handler is None:
-            from executors.handlers import handle
-
-            handler = handle
         self.engine = engine
         self.queue = queue
         self.worker_id = worker_id or host_pid_owner("w")
@@ -263,9 +232,10 @@ class Executor:
         self.settings = dict(settings or {})
         self.lanes = tuple(lanes)
         self.poll_timeout = poll_timeout
+        self.clock = clock
         self._handler = handler
         self._flights: dict[tuple[str, str], _Flight] = {}
-        self._tracking = _Tracking(engine, self._flights)
+        self._tracking = _Tracking(engine, self._flights, observe)
         self.worker: Worker | None = None
         self.report = ShutdownReport(worker_id=self.worker_id)
 
@@ -289,18 +259,18 @@ class Executor:
         return Worker(engine=self._tracking, queue=self.queue, handler=self._handle,
                       worker_id=self.worker_id, concurrency=self.concurrency,
                       lease_seconds=self.lease_seconds, settings=self.settings,
-                      lanes=self.lanes, poll_timeout=self.poll_timeout)
+                      lanes=self.lanes, poll_timeout=self.poll_timeout, clock=self.clock)
 
     async def _serve(self, stop: asyncio.Event) -> None:
         failures = 0
         while not stop.is_set():
             self.worker = self._new_worker()
-            began = time.monotonic()
+            began = self.clock.monotonic()
             try:
                 await self.worker.run(stop)
                 return
             except QueueError as exc:
-                if time.monotonic() - began > HEALTHY_LOOP_SECONDS:
+                if self.clock.monotonic() - began > HEALTHY_LOOP_SECONDS:
                     failures = 0
                 failures += 1
                 if failures > MAX_QUEUE_RESTARTS:
@@ -309,8 +279,7 @@ class Executor:
                 log.warning("worker %s: queue error (%s); restarting the loop in %.1fs "
                             "(%d/%d)", self.worker_id, exc, pause, failures,
                             MAX_QUEUE_RESTARTS)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), timeout=pause)
+                await wait_event(self.clock, stop, pause)
             finally:
                 self.report.processed += self.worker.processed
 
@@ -336,8 +305,7 @@ class Executor:
                 await self.reap_dead_workers()
             except QueueError as exc:
                 log.debug("looking for dead workers failed: %s", exc)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), timeout=REAP_INTERVAL)
+            await wait_event(self.clock, stop, REAP_INTERVAL)
 
     async def run(self, stop: asyncio.Event, *, hurry: asyncio.Event | None = None
                   ) -> ShutdownReport:
@@ -363,15 +331,20 @@ class Executor:
                 log.info("worker %s: stopping; %d node(s) in flight get %.1fs to finish",
                          self.worker_id, len(self._flights), self.grace_seconds)
                 hurrying = asyncio.create_task(hurry.wait())
+                grace = self.clock.timer(self.grace_seconds)
+                ends: set[asyncio.Future[Any]] = {serving, hurrying, grace}
                 try:
-                    await asyncio.wait({serving, hurrying}, timeout=self.grace_seconds,
-                                       return_when=asyncio.FIRST_COMPLETED)
+                    await asyncio.wait(ends, return_when=asyncio.FIRST_COMPLETED)
                 finally:
                     hurrying.cancel()
+                    grace.cancel()
             if not serving.done():
                 self.report.graceful = False
                 await self._hand_back()
-                await asyncio.wait({serving}, timeout=SETTLE_SECONDS)
+                settle = self.clock.timer(SETTLE_SECONDS)
+                settled: set[asyncio.Future[Any]] = {serving, settle}
+                await asyncio.wait(settled, return_when=asyncio.FIRST_COMPLETED)
+                settle.cancel()
             if not serving.done():
                 await self._hand_back()  # anything claimed since the first hand-back
                 serving.cancel()
@@ -415,56 +388,3 @@ class Executor:
             self.report.handed_back.append((req.task_id, req.node_id, answer))
             log.info("handed back %s/%s fence=%d: %s", req.task_id, req.node_id, req.fence,
                      answer)
-
-
-async def serve(settings: ExecutorSettings, *,
-                announce: Callable[[str], None] | None = None) -> ShutdownReport:
-    """Run an executor process until SIGTERM/SIGINT (what ``ax executor`` does).
-
-    Args:
-        settings: Connection and worker settings.
-        announce: Called with the worker id once the executor is wired.
-
-    Returns:
-        What the shutdown did.
-    """
-    from axengine.wiring import open_queue
-    from axengine.worker.grpc_client import GrpcEngineClient
-
-    queue = open_queue(settings.queue_url)
-    engine = GrpcEngineClient(settings.api, token=settings.token,
-                              timeout=settings.call_timeout, retry_for=settings.retry_for)
-    executor = Executor(engine=engine, queue=queue, worker_id=settings.worker_id,
-                        concurrency=settings.concurrency, lease_seconds=settings.lease_seconds,
-                        grace_seconds=settings.grace_seconds,
-                        settings=settings.handler_settings, lanes=settings.lanes)
-    stop, hurry = asyncio.Event(), asyncio.Event()
-    loop = asyncio.get_running_loop()
-    signals = (signal.SIGTERM, signal.SIGINT)
-
-    def on_signal(signum: int) -> None:
-        if stop.is_set():
-            log.warning("worker %s: second %s; ending the grace period now",
-                        executor.worker_id, signal.Signals(signum).name)
-            hurry.set()
-        else:
-            log.info("worker %s: %s received", executor.worker_id,
-                     signal.Signals(signum).name)
-            stop.set()
-
-    for sig in signals:
-        loop.add_signal_handler(sig, on_signal, sig)
-    started = time.monotonic()
-    try:
-        if announce is not None:
-            announce(executor.worker_id)
-        report = await executor.run(stop, hurry=hurry)
-        log.info("worker %s: stopped after %.1fs; %d node(s) completed, %d handed back",
-                 executor.worker_id, time.monotonic() - started, report.processed,
-                 len(report.handed_back))
-        return report
-    finally:
-        for sig in signals:
-            loop.remove_signal_handler(sig)
-        await engine.close()
-        await queue.close()

@@ -12,16 +12,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
+import sys
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from axengine import faults
-from axengine.engine._shell import LOCAL_PRINCIPAL
-from axengine.errors import AxError
-from axengine.owners import host_pid_owner
+from axengine.clock import SYSTEM, Clock, sleep
+from axengine.errors import AxError, InputError
+from axengine.limits import check_json_value
+from axengine.owners import LOCAL_PRINCIPAL, host_pid_owner
 from axengine.queue import DEFAULT_LANE, FAST_LANE, WorkItem, WorkQueue
 from axengine.worker._context import EngineClient, RunContext
 from executors.contract import Failure, Handler, NodeRequest, Outcome, Success, Unavailable
@@ -101,12 +102,15 @@ class Worker:
     Args:
         engine: The control plane (in-process engine or API client).
         queue: Where work items come from.
-        handler: ``handle(request, ctx) -> Outcome`` (default: ``executors.handlers``).
+        handler: ``handle(request, ctx) -> Outcome`` (the composition passes
+            ``executors.handlers.handle`` unless told otherwise).
         worker_id: Stable id of this worker (default: host, pid and a random tail).
         concurrency: Nodes run at once.
         lease_seconds: Lease asked for on claim and on each heartbeat.
         settings: Passed to handlers as ``ctx.settings``.
         lanes: Lanes served, in priority order.
+        poll_timeout: Longest wait of one queue pop.
+        clock: Node timeouts and heartbeat intervals follow it.
     """
 
     def __init__(
@@ -114,18 +118,15 @@ class Worker:
         *,
         engine: EngineClient,
         queue: WorkQueue,
-        handler: Handler | None = None,
+        handler: Handler,
         worker_id: str | None = None,
         concurrency: int = 4,
         lease_seconds: float = 30.0,
         settings: Mapping[str, Any] | None = None,
         lanes: Sequence[str] = (FAST_LANE, DEFAULT_LANE),
         poll_timeout: float = 0.5,
+        clock: Clock = SYSTEM,
     ) -> None:
-        if handler is None:
-            from executors.handlers import handle
-
-            handler = handle
         self.engine = engine
         self.queue = queue
         self.handler = handler
@@ -135,6 +136,7 @@ class Worker:
         self.settings = dict(settings or {})
         self.lanes = tuple(lanes)
         self.poll_timeout = poll_timeout
+        self.clock = clock
         self.ramp = DependencyRamp(max_limit=max(concurrency, 1))
         # Abandoned (timed-out) handler threads must not starve new runs.
         self._threads = ThreadPoolExecutor(max_workers=concurrency * 2,
@@ -191,7 +193,8 @@ class Worker:
         request: NodeRequest = claim.request
         ctx = RunContext(loop=asyncio.get_running_loop(), engine=self.engine, request=request,
                          lease_seconds=self.lease_seconds,
-                         settings=settings_for(self.settings, claim.submitted_by))
+                         settings=settings_for(self.settings, claim.submitted_by),
+                         clock=self.clock)
         dependency = _dependency(request)
         await self.ramp.acquire(dependency)
         outcome: Outcome = Failure("not run")
@@ -214,21 +217,24 @@ class Worker:
     async def _run(self, request: NodeRequest, ctx: RunContext, timeout: float) -> Outcome:
         loop = asyncio.get_running_loop()
         beats = asyncio.create_task(self._heartbeats(ctx))
-        started = time.monotonic()
+        started = self.clock.monotonic()
         future = loop.run_in_executor(self._threads, self._call, request, ctx)
         faults.point("handler-running")
         try:
             while True:
-                remaining = started + timeout - time.monotonic()
+                remaining = started + timeout - self.clock.monotonic()
                 if remaining <= 0:
                     ctx.cancel()
-                    return Failure(f"timed out after {time.monotonic() - started:.1f}s "
+                    return Failure(f"timed out after {self.clock.monotonic() - started:.1f}s "
                                    f"(timeout {timeout:g}s)", retryable=True)
-                waiting: set[asyncio.Future[Any]] = {future}
+                deadline = self.clock.timer(remaining)
+                waiting: set[asyncio.Future[Any]] = {future, deadline}
                 if not beats.done():
                     waiting.add(beats)
-                done, _ = await asyncio.wait(waiting, timeout=remaining,
-                                             return_when=asyncio.FIRST_COMPLETED)
+                try:
+                    done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    deadline.cancel()
                 if future in done:
                     return future.result()
                 if ctx.stale:
@@ -242,15 +248,24 @@ class Worker:
 
     def _call(self, request: NodeRequest, ctx: RunContext) -> Outcome:
         try:
-            return self.handler(request, ctx)
+            outcome = self.handler(request, ctx)
         except Exception as exc:  # handlers should not raise; never let one kill the run
             return Failure(f"{type(exc).__name__}: {exc}", retryable=True)
+        if isinstance(outcome, Success):
+            # An output the store cannot hold (NaN, a set, 100 levels deep) fails the node
+            # here, in the handler's thread, rather than the commit that would store it.
+            try:
+                check_json_value(outcome.output, f"output of node {request.node_id!r}",
+                                 max_bytes=sys.maxsize)
+            except InputError as exc:
+                return Failure(str(exc), retryable=False)
+        return outcome
 
     async def _heartbeats(self, ctx: RunContext) -> None:
         req = ctx.request
         interval = self.lease_seconds / 3
         while not ctx.cancelled:
-            await asyncio.sleep(interval)
+            await sleep(self.clock, interval)
             try:
                 answer = await self.engine.heartbeat(req.task_id, req.node_id, fence=req.fence,
                                                      lease_seconds=self.lease_seconds)

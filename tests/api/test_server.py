@@ -235,7 +235,7 @@ def test_one_reconciler_leader_across_replicas(api_server: ServerFactory) -> Non
     engine = first.engine
 
     def leader(via: ServerHandle = first) -> str | None:
-        reconciler = via.server.reconciler
+        reconciler = via.server.process.reconciler
         assert reconciler is not None
         return via.call(reconciler.leader())
 

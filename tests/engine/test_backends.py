@@ -13,6 +13,7 @@ import pytest
 
 from axengine.dag import load_dag, load_dag_text
 from axengine.engine import Engine, EngineConfig, Reconciler
+from axengine.process import default_handler
 from axengine.queue import WorkQueue
 from axengine.queue.inprocess import InProcessQueue
 from axengine.store import StateStore
@@ -69,7 +70,8 @@ def test_financial_dag_runs_on_every_combination(backends: dict[str, Any]) -> No
     async def main() -> Any:
         engine = build(backends)
         stop = asyncio.Event()
-        worker = Worker(engine=engine, queue=engine.queue, concurrency=2, lease_seconds=10,
+        worker = Worker(engine=engine, queue=engine.queue, handler=default_handler(),
+                        concurrency=2, lease_seconds=10,
                         settings={"mail_dir": str(backends["tmp"] / "mail"),
                                   "input_root": str(ROOT / "dags" / "inputs")},
                         poll_timeout=0.1)

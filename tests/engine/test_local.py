@@ -253,10 +253,10 @@ def test_fenced_out_run_stops_waiting_for_a_handler_that_ignores_cancellation(
         return Success("late")
 
     async def main() -> Any:
-        async with session(tmp_path, concurrency=1) as s:
-            s.worker.lanes = ("nobody",)  # type: ignore[union-attr]  # keep it idle
+        # The session's own executor serves a lane nobody uses: it stays idle.
+        async with session(tmp_path, concurrency=1, lanes=("nobody",)) as s:
             task = await s.submit(dag, {})
-            worker = Worker(engine=s.engine, queue=s.runtime.queue, handler=stubborn,
+            worker = Worker(engine=s.engine, queue=s.process.queue, handler=stubborn,
                             concurrency=1, lease_seconds=0.6)
             from axengine.queue import WorkItem
 
@@ -307,3 +307,24 @@ def test_local_trust_is_lent_only_to_locally_submitted_tasks(
     if status == "failed":
         assert "input_root" in output["error"]
         assert "text" not in output
+
+
+@pytest.mark.parametrize("output", [{"x": float("nan")}, {"tags": {"a", "b"}}, [float("inf")]])
+def test_an_output_the_store_cannot_hold_fails_the_node_clearly(tmp_path: Path,
+                                                                output: Any) -> None:
+    """A handler's output that is not JSON fails the node with the reason; before, the
+    commit raised and the node stayed RUNNING until its lease ran out, attempt after
+    attempt."""
+    dag = load_dag_text("name: s\nnodes:\n  n: {type: tool_call, tool: echo, input: x}\n")
+
+    def returns(request: NodeRequest, ctx: NodeContext) -> Outcome:
+        return Success(output)
+
+    async def main() -> ax.RunResult:
+        async with session(tmp_path, handler=returns) as s:
+            return await s.wait(await s.submit(dag, {}), timeout=20)
+
+    result = asyncio.run(main())
+    assert result.status == "FAILED"
+    assert result.errors["n"].startswith("output of node 'n': ")
+    assert "JSON" in result.errors["n"]
