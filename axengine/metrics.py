@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,7 +31,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from axengine.errors import NotFound
 from axengine.records import Event, NodeState, TaskRecord
-from axengine.store import Compare, KeyValue, Op, StateStore, TxnResult, WatchEvent
+from axengine.store import Compare, Op, StateStore, StoreWrapper, TxnResult
 
 __all__ = ["CONTENT_TYPE_LATEST", "AxMetrics", "TimedStore"]
 
@@ -57,22 +57,12 @@ class _Pending:
     answer: tuple[str, str] | None = None  # (node_id, complete answer)
 
 
-class TimedStore:
+class TimedStore(StoreWrapper):
     """A :class:`StateStore` that times ``txn`` into a histogram and delegates the rest."""
 
     def __init__(self, inner: StateStore, histogram: Histogram) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self._histogram = histogram
-
-    async def get(self, key: str) -> KeyValue | None:
-        return await self.inner.get(key)
-
-    async def get_many(self, keys: Sequence[str]) -> dict[str, KeyValue]:
-        return await self.inner.get_many(keys)
-
-    async def range(self, prefix: str, *, start_after: str | None = None,
-                    limit: int = 0) -> list[KeyValue]:
-        return await self.inner.range(prefix, start_after=start_after, limit=limit)
 
     async def txn(self, compares: Sequence[Compare], success: Sequence[Op],
                   failure: Sequence[Op] = ()) -> TxnResult:
@@ -84,19 +74,6 @@ class TimedStore:
             return answer
         finally:
             self._histogram.labels(result).observe(time.perf_counter() - started)
-
-    async def revision(self) -> int:
-        return await self.inner.revision()
-
-    @property
-    def max_txn_ops(self) -> int | None:
-        return self.inner.max_txn_ops
-
-    def watch(self, prefix: str, *, start_revision: int = 0) -> AsyncIterator[WatchEvent]:
-        return self.inner.watch(prefix, start_revision=start_revision)
-
-    async def close(self) -> None:
-        await self.inner.close()
 
 
 class AxMetrics:

@@ -27,6 +27,7 @@ __all__ = [
     "Op",
     "Put",
     "StateStore",
+    "StoreWrapper",
     "TxnResult",
     "Value",
     "Version",
@@ -216,3 +217,38 @@ class StateStore(Protocol):
     async def close(self) -> None:
         """Release connections and files."""
         ...
+
+
+class StoreWrapper:
+    """A :class:`StateStore` that delegates every call to ``inner``: subclass it and
+    override what you observe (metrics time ``txn``; tests interpose on it)."""
+
+    def __init__(self, inner: StateStore) -> None:
+        self.inner = inner
+
+    @property
+    def max_txn_ops(self) -> int | None:
+        return self.inner.max_txn_ops
+
+    async def get(self, key: str) -> KeyValue | None:
+        return await self.inner.get(key)
+
+    async def get_many(self, keys: Sequence[str]) -> dict[str, KeyValue]:
+        return await self.inner.get_many(keys)
+
+    async def range(self, prefix: str, *, start_after: str | None = None,
+                    limit: int = 0) -> list[KeyValue]:
+        return await self.inner.range(prefix, start_after=start_after, limit=limit)
+
+    async def txn(self, compares: Sequence[Compare], success: Sequence[Op],
+                  failure: Sequence[Op] = ()) -> TxnResult:
+        return await self.inner.txn(compares, success, failure)
+
+    async def revision(self) -> int:
+        return await self.inner.revision()
+
+    def watch(self, prefix: str, *, start_revision: int = 0) -> AsyncIterator[WatchEvent]:
+        return self.inner.watch(prefix, start_revision=start_revision)
+
+    async def close(self) -> None:
+        await self.inner.close()

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +26,7 @@ import pytest
 from axengine.dag import load_dag_text
 from axengine.engine import Engine, EngineConfig
 from axengine.queue.inprocess import InProcessQueue
-from axengine.store import Compare, KeyValue, Op, Put, StateStore, TxnResult, WatchEvent
+from axengine.store import Compare, Op, Put, StateStore, StoreWrapper, TxnResult
 from axengine.store.embedded import SqliteStore
 from axengine.worker import Worker
 from axengine.worker._context import FencedOut
@@ -144,30 +144,16 @@ nodes:
 """)
 
 
-class RacingStore:
+class RacingStore(StoreWrapper):
     """A :class:`StateStore` that runs ``before_effect_write`` (once) just before the
     first transaction writing an outbox record: the moment between the engine's read of
     the node and its write of the record."""
 
     def __init__(self, inner: StateStore) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.before_effect_write: Callable[[], Awaitable[None]] | None = None
         self.raced = 0
         self.effect_txns: list[bool] = []
-
-    @property
-    def max_txn_ops(self) -> int | None:
-        return self.inner.max_txn_ops
-
-    async def get(self, key: str) -> KeyValue | None:
-        return await self.inner.get(key)
-
-    async def get_many(self, keys: Sequence[str]) -> dict[str, KeyValue]:
-        return await self.inner.get_many(keys)
-
-    async def range(self, prefix: str, *, start_after: str | None = None,
-                    limit: int = 0) -> list[KeyValue]:
-        return await self.inner.range(prefix, start_after=start_after, limit=limit)
 
     async def txn(self, compares: Sequence[Compare], success: Sequence[Op],
                   failure: Sequence[Op] = ()) -> TxnResult:
@@ -180,15 +166,6 @@ class RacingStore:
         if effect:
             self.effect_txns.append(result.succeeded)
         return result
-
-    async def revision(self) -> int:
-        return await self.inner.revision()
-
-    def watch(self, prefix: str, *, start_revision: int = 0) -> AsyncIterator[WatchEvent]:
-        return self.inner.watch(prefix, start_revision=start_revision)
-
-    async def close(self) -> None:
-        await self.inner.close()
 
 
 @pytest.fixture
