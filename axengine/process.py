@@ -42,7 +42,7 @@ from axengine.errors import AxError
 from axengine.owners import host_pid_owner
 from axengine.queue import DEFAULT_LANE, FAST_LANE, WorkQueue
 from axengine.wiring import Runtime, build_runtime, open_queue
-from axengine.worker import EngineClient
+from axengine.worker import THREAD, EngineClient, Runner
 from axengine.worker._process import DEFAULT_GRACE_SECONDS, Executor, ShutdownReport
 from executors.contract import Handler
 
@@ -68,6 +68,9 @@ class ExecutorSpec:
         worker_id: Stable worker id (default ``w:<host>:<pid>:<random>``).
         poll_timeout: Longest wait of one queue pop.
         observe: Told ``(task_id, node_id, answer)`` of every completion.
+        runners: Runners besides ``thread`` (which runs ``handler`` in this process), by
+            name.
+        runner: The runner of nodes that do not name one.
     """
 
     concurrency: int = 4
@@ -79,6 +82,8 @@ class ExecutorSpec:
     worker_id: str | None = None
     poll_timeout: float = 0.5
     observe: Callable[[str, str, str], None] | None = None
+    runners: Mapping[str, Runner] = field(default_factory=dict)
+    runner: str = THREAD
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -229,7 +234,8 @@ class AxProcess:
                         grace_seconds=spec.grace_seconds, settings=spec.settings,
                         lanes=spec.lanes, handler=spec.handler or default_handler(),
                         poll_timeout=spec.poll_timeout,
-                        observe=spec.observe, clock=self.shape.clock)
+                        observe=spec.observe, clock=self.shape.clock,
+                        runners=spec.runners, runner=spec.runner)
 
     async def reconcile_once(self) -> None:
         """One reconciler pass now, if this process leads (a no-op without one)."""

@@ -9,14 +9,19 @@ from __future__ import annotations
 from typing import Any
 
 from axengine.worker._context import EngineClient, RunContext
+from axengine.worker._runner import THREAD, Reported, Runner, ThreadRunner
 from axengine.worker._worker import DependencyRamp, Worker
 
 __all__ = [
+    "THREAD",
     "DependencyRamp",
     "EngineClient",
     "Executor",
+    "Reported",
     "RunContext",
+    "Runner",
     "ShutdownReport",
+    "ThreadRunner",
     "Worker",
 ]
 

@@ -65,6 +65,8 @@ class FencedOut(Conflict):
 
 
 class _Effect:
+    """``ctx.effect(key)`` for a handler thread: each call waits for the async one."""
+
     def __init__(self, ctx: RunContext, key: str) -> None:
         self._ctx = ctx
         self._key = key
@@ -74,40 +76,27 @@ class _Effect:
         return self._key
 
     def state(self) -> EffectState:
-        record = self._ctx.call(self._ctx.engine.effect_get(self._key))
-        return "NEW" if record is None else record.state
+        return cast(EffectState, self._ctx.call(self._ctx.effect_state(self._key)))
 
     def begin(self) -> EffectState:
-        req = self._ctx.request
-        answer: str = self._ctx.call(self._ctx.engine.effect_begin(
-            self._key, task_id=req.task_id, node_id=req.node_id, fence=req.fence))
-        if answer == "stale":
-            raise self._ctx.fenced_out(f"effect {self._key}: fence {req.fence} of "
-                                       f"{req.task_id}/{req.node_id} is stale; another "
-                                       "worker owns the node, so this run must not perform it")
-        state = cast(EffectState, answer)
-        if state == "NEW":
-            faults.point("effect-begun")
-        return state
+        return cast(EffectState, self._ctx.call(self._ctx.effect_begin(self._key)))
 
     def done(self, result: Mapping[str, Any]) -> None:
-        faults.point("effect-performed")
-        req = self._ctx.request
-        answer = self._ctx.call(self._ctx.engine.effect_done(
-            self._key, result, task_id=req.task_id, node_id=req.node_id, fence=req.fence))
-        if answer == "stale":
-            raise self._ctx.fenced_out(f"effect {self._key}: fence {req.fence} of "
-                                       f"{req.task_id}/{req.node_id} is stale; the outbox "
-                                       "record was not marked done")
+        self._ctx.call(self._ctx.effect_done(self._key, result))
 
     def result(self) -> Mapping[str, Any] | None:
-        record = self._ctx.call(self._ctx.engine.effect_get(self._key))
-        return None if record is None else record.result
+        return cast("Mapping[str, Any] | None", self._ctx.call(self._ctx.effect_result(self._key)))
 
 
 class RunContext:
     """NodeContext for one attempt. ``stale`` turns true when the engine answers
-    ``stale`` (another worker owns the node now): the handler must stop."""
+    ``stale`` (another worker owns the node now): the handler must stop.
+
+    Every call to the control plane is written once, as a coroutine run in the worker's
+    loop (``beat``, ``report_progress``, ``effect_*``): a runner that relays a node
+    process's requests awaits them; a handler thread calls the blocking ``heartbeat``,
+    ``progress`` and ``effect(key)`` methods, which wait for them.
+    """
 
     def __init__(self, *, loop: asyncio.AbstractEventLoop, engine: EngineClient,
                  request: NodeRequest, lease_seconds: float,
@@ -118,19 +107,22 @@ class RunContext:
         self.lease_seconds = lease_seconds
         self._settings = settings
         self._cancel = threading.Event()
+        self._stopped = asyncio.Event()
         self.stale = False
         self.clock = clock
         self._last_beat = clock.monotonic()
 
     def call(self, coro: Any) -> Any:
+        """Run a coroutine in the worker's loop and wait for it (from a handler thread)."""
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(CALL_TIMEOUT)
 
     def cancel(self) -> None:
         self._cancel.set()
+        self.loop.call_soon_threadsafe(self._stopped.set)
 
     def mark_stale(self) -> None:
         self.stale = True
-        self._cancel.set()
+        self.cancel()
 
     def fenced_out(self, message: str) -> FencedOut:
         """Mark the run stale and return the error an outbox call raises."""
@@ -141,11 +133,18 @@ class RunContext:
     def cancelled(self) -> bool:
         return self._cancel.is_set()
 
+    async def wait_stopped(self) -> None:
+        """Until the run is cancelled or fenced out (in the worker's loop)."""
+        await self._stopped.wait()
+
     @property
     def settings(self) -> Mapping[str, Any]:
         return self._settings
 
-    def heartbeat(self) -> bool:
+    # ------------------------------------------------------------ the calls, once
+
+    async def beat(self) -> bool:
+        """Renew the lease unless a beat went out recently; False once the run must stop."""
         if self.cancelled:
             return False
         # The worker heartbeats on its own schedule; a handler's extra beats only need
@@ -153,10 +152,66 @@ class RunContext:
         if self.clock.monotonic() - self._last_beat < self.lease_seconds / 6:
             return True
         req = self.request
-        answer = self.call(self.engine.heartbeat(req.task_id, req.node_id, fence=req.fence,
-                                                 lease_seconds=self.lease_seconds))
-        self.beat_answer(answer)
+        self.beat_answer(await self.engine.heartbeat(
+            req.task_id, req.node_id, fence=req.fence, lease_seconds=self.lease_seconds))
         return not self.cancelled
+
+    async def report_progress(self, marker: str) -> bool:
+        """Record a checkpoint (renews the lease too); False once the run must stop."""
+        if self.cancelled:
+            return False
+        req = self.request
+        self.beat_answer(await self.engine.progress(
+            req.task_id, req.node_id, fence=req.fence, marker=marker,
+            lease_seconds=self.lease_seconds))
+        return not self.cancelled
+
+    async def effect_state(self, key: str) -> EffectState:
+        record = await self.engine.effect_get(key)
+        return "NEW" if record is None else cast(EffectState, record.state)
+
+    async def effect_begin(self, key: str) -> EffectState:
+        """NEW → SENDING under this run's fence; the state before the call.
+
+        Raises:
+            FencedOut: The fence is stale: the effect must not be performed.
+        """
+        req = self.request
+        answer = await self.engine.effect_begin(key, task_id=req.task_id, node_id=req.node_id,
+                                                fence=req.fence)
+        if answer == "stale":
+            raise self.fenced_out(f"effect {key}: fence {req.fence} of {req.task_id}/"
+                                  f"{req.node_id} is stale; another worker owns the node, "
+                                  "so this run must not perform it")
+        if answer == "NEW":
+            faults.point("effect-begun")
+        return cast(EffectState, answer)
+
+    async def effect_done(self, key: str, result: Mapping[str, Any]) -> None:
+        """SENDING → DONE with ``result`` under this run's fence.
+
+        Raises:
+            FencedOut: The fence is stale: the record is not marked done.
+        """
+        faults.point("effect-performed")
+        req = self.request
+        answer = await self.engine.effect_done(key, result, task_id=req.task_id,
+                                               node_id=req.node_id, fence=req.fence)
+        if answer == "stale":
+            raise self.fenced_out(f"effect {key}: fence {req.fence} of {req.task_id}/"
+                                  f"{req.node_id} is stale; the outbox record was not "
+                                  "marked done")
+
+    async def effect_result(self, key: str) -> Mapping[str, Any] | None:
+        record = await self.engine.effect_get(key)
+        return None if record is None else record.result
+
+    # ------------------------------------------------------------ NodeContext (threads)
+
+    def heartbeat(self) -> bool:
+        if self.cancelled:
+            return False
+        return bool(self.call(self.beat()))
 
     def beat_answer(self, answer: str) -> None:
         if answer == "stale":
@@ -167,11 +222,7 @@ class RunContext:
     def progress(self, marker: str) -> bool:
         if self.cancelled:
             return False
-        req = self.request
-        answer = self.call(self.engine.progress(req.task_id, req.node_id, fence=req.fence,
-                                                marker=marker, lease_seconds=self.lease_seconds))
-        self.beat_answer(answer)
-        return not self.cancelled
+        return bool(self.call(self.report_progress(marker)))
 
     def effect(self, key: str) -> _Effect:
         return _Effect(self, key)

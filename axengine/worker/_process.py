@@ -38,6 +38,7 @@ from axengine.errors import AxError, QueueError
 from axengine.owners import host_pid_owner, owner_is_dead
 from axengine.queue import DEFAULT_LANE, FAST_LANE, WorkItem, WorkQueue
 from axengine.worker._context import EngineClient, RunContext
+from axengine.worker._runner import THREAD, Runner
 from axengine.worker._worker import Worker
 from executors.contract import Failure, Handler, NodeContext, NodeRequest, Outcome, Unavailable
 
@@ -205,6 +206,8 @@ class Executor:
         poll_timeout: Longest wait of one queue pop.
         observe: Told ``(task_id, node_id, answer)`` of every completion (metrics).
         clock: Node timeouts, heartbeats and the grace period follow it.
+        runners: Runners besides ``thread``, by name (see :mod:`axengine.worker._runner`).
+        runner: The runner of nodes that do not name one.
     """
 
     def __init__(
@@ -222,6 +225,8 @@ class Executor:
         poll_timeout: float = 0.5,
         observe: Callable[[str, str, str], None] | None = None,
         clock: Clock = SYSTEM,
+        runners: Mapping[str, Runner] | None = None,
+        runner: str = THREAD,
     ) -> None:
         self.engine = engine
         self.queue = queue
@@ -233,6 +238,8 @@ class Executor:
         self.lanes = tuple(lanes)
         self.poll_timeout = poll_timeout
         self.clock = clock
+        self.runners = dict(runners or {})
+        self.runner = runner
         self._handler = handler
         self._flights: dict[tuple[str, str], _Flight] = {}
         self._tracking = _Tracking(engine, self._flights, observe)
@@ -259,7 +266,8 @@ class Executor:
         return Worker(engine=self._tracking, queue=self.queue, handler=self._handle,
                       worker_id=self.worker_id, concurrency=self.concurrency,
                       lease_seconds=self.lease_seconds, settings=self.settings,
-                      lanes=self.lanes, poll_timeout=self.poll_timeout, clock=self.clock)
+                      lanes=self.lanes, poll_timeout=self.poll_timeout, clock=self.clock,
+                      runners=self.runners, runner=self.runner)
 
     async def _serve(self, stop: asyncio.Event) -> None:
         failures = 0

@@ -12,19 +12,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import sys
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from axengine import faults
 from axengine.clock import SYSTEM, Clock, sleep
-from axengine.errors import AxError, InputError
-from axengine.limits import check_json_value
+from axengine.errors import AxError
 from axengine.owners import LOCAL_PRINCIPAL, host_pid_owner
 from axengine.queue import DEFAULT_LANE, FAST_LANE, WorkItem, WorkQueue
 from axengine.worker._context import EngineClient, RunContext
+from axengine.worker._runner import THREAD, Reported, Runner, ThreadRunner, pick_runner
 from executors.contract import Failure, Handler, NodeRequest, Outcome, Success, Unavailable
 
 __all__ = ["DependencyRamp", "Worker"]
@@ -62,7 +60,7 @@ class DependencyRamp:
                     return
                 await self._cond.wait()
 
-    async def release(self, dependency: str, outcome: Outcome) -> None:
+    async def release(self, dependency: str, outcome: Outcome | Reported) -> None:
         async with self._cond:
             ramp = self._ramps.get(dependency)
             if isinstance(outcome, Unavailable):
@@ -111,6 +109,9 @@ class Worker:
         lanes: Lanes served, in priority order.
         poll_timeout: Longest wait of one queue pop.
         clock: Node timeouts and heartbeat intervals follow it.
+        runners: Runners besides ``thread`` (which runs ``handler`` in this process),
+            by name.
+        runner: The runner of nodes that do not name one.
     """
 
     def __init__(
@@ -126,6 +127,8 @@ class Worker:
         lanes: Sequence[str] = (FAST_LANE, DEFAULT_LANE),
         poll_timeout: float = 0.5,
         clock: Clock = SYSTEM,
+        runners: Mapping[str, Runner] | None = None,
+        runner: str = THREAD,
     ) -> None:
         self.engine = engine
         self.queue = queue
@@ -138,9 +141,10 @@ class Worker:
         self.poll_timeout = poll_timeout
         self.clock = clock
         self.ramp = DependencyRamp(max_limit=max(concurrency, 1))
-        # Abandoned (timed-out) handler threads must not starve new runs.
-        self._threads = ThreadPoolExecutor(max_workers=concurrency * 2,
-                                           thread_name_prefix="ax-node")
+        self.runners: dict[str, Runner] = {THREAD: ThreadRunner(handler,
+                                                                concurrency=concurrency)}
+        self.runners.update(runners or {})
+        self.runner = runner
         self._active: set[asyncio.Task[None]] = set()
         self.processed = 0
 
@@ -165,7 +169,8 @@ class Worker:
         finally:
             if self._active:
                 await asyncio.gather(*self._active, return_exceptions=True)
-            self._threads.shutdown(wait=False, cancel_futures=True)
+            for each in self.runners.values():
+                await each.close()
 
     async def _guarded(self, item: WorkItem, slots: asyncio.Semaphore) -> None:
         try:
@@ -197,7 +202,7 @@ class Worker:
                          clock=self.clock)
         dependency = _dependency(request)
         await self.ramp.acquire(dependency)
-        outcome: Outcome = Failure("not run")
+        outcome: Outcome | Reported = Failure("not run")
         try:
             outcome = await self._run(request, ctx, claim.timeout)
         finally:
@@ -205,6 +210,11 @@ class Worker:
         if ctx.stale:
             await self.queue.ack(self.worker_id, item)
             return "stale"
+        if isinstance(outcome, Reported):
+            # The run committed its own outcome through the API under its fence.
+            await self.queue.ack(self.worker_id, item)
+            self.processed += 1
+            return outcome.answer
         faults.point("before-complete")
         answer = await self.engine.complete(item.task_id, item.node_id, fence=request.fence,
                                             outcome=outcome)
@@ -214,52 +224,18 @@ class Worker:
         self.processed += 1
         return answer
 
-    async def _run(self, request: NodeRequest, ctx: RunContext, timeout: float) -> Outcome:
-        loop = asyncio.get_running_loop()
+    async def _run(self, request: NodeRequest, ctx: RunContext,
+                   timeout: float) -> Outcome | Reported:
+        runner = pick_runner(self.runners, self.runner, request)
+        if isinstance(runner, Failure):
+            return runner
         beats = asyncio.create_task(self._heartbeats(ctx))
-        started = self.clock.monotonic()
-        future = loop.run_in_executor(self._threads, self._call, request, ctx)
-        faults.point("handler-running")
         try:
-            while True:
-                remaining = started + timeout - self.clock.monotonic()
-                if remaining <= 0:
-                    ctx.cancel()
-                    return Failure(f"timed out after {self.clock.monotonic() - started:.1f}s "
-                                   f"(timeout {timeout:g}s)", retryable=True)
-                deadline = self.clock.timer(remaining)
-                waiting: set[asyncio.Future[Any]] = {future, deadline}
-                if not beats.done():
-                    waiting.add(beats)
-                try:
-                    done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-                finally:
-                    deadline.cancel()
-                if future in done:
-                    return future.result()
-                if ctx.stale:
-                    # Fenced out: another worker owns the node. Stop waiting for a handler
-                    # that ignores cancellation; its result could never be committed.
-                    return Failure("fenced out: another worker owns the node", retryable=True)
+            return await runner.run(request, ctx, timeout=timeout)
         finally:
             beats.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await beats
-
-    def _call(self, request: NodeRequest, ctx: RunContext) -> Outcome:
-        try:
-            outcome = self.handler(request, ctx)
-        except Exception as exc:  # handlers should not raise; never let one kill the run
-            return Failure(f"{type(exc).__name__}: {exc}", retryable=True)
-        if isinstance(outcome, Success):
-            # An output the store cannot hold (NaN, a set, 100 levels deep) fails the node
-            # here, in the handler's thread, rather than the commit that would store it.
-            try:
-                check_json_value(outcome.output, f"output of node {request.node_id!r}",
-                                 max_bytes=sys.maxsize)
-            except InputError as exc:
-                return Failure(str(exc), retryable=False)
-        return outcome
 
     async def _heartbeats(self, ctx: RunContext) -> None:
         req = ctx.request

@@ -1,0 +1,159 @@
+"""Where a claimed node runs: the seam between the worker and the handler.
+
+The worker claims, the runner runs, the worker commits. A :class:`Runner` gets the
+claim's :class:`~executors.contract.NodeRequest` and the attempt's
+:class:`~axengine.worker.RunContext` (fence, lease, the control-plane calls) and returns
+the node's outcome. It owns three duties whatever it runs on:
+
+- **the timeout**: past ``timeout`` seconds of ``ctx.clock`` the run is stopped and
+  answered ``Failure("timed out …", retryable=True)``;
+- **the stop**: when ``ctx.wait_stopped()`` fires (fenced out by a stale heartbeat,
+  handed back at shutdown, cancelled) the run is stopped and its outcome discarded —
+  a thread is abandoned (it is told through ``ctx.cancelled``), a process is killed, a
+  Job is deleted;
+- **the output check**: a ``Success`` whose output the store cannot hold (NaN, a set,
+  past the nesting limit) becomes a non-retryable ``Failure`` naming the node.
+
+The worker keeps the lease alive with heartbeats while ``run`` is awaited, whatever the
+runner. A runner whose run commits its own outcome through the API (a Kubernetes Job
+does) returns :class:`Reported`; the worker then acks without completing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from axengine import faults
+from axengine.errors import InputError
+from axengine.limits import check_json_value
+from axengine.worker._context import RunContext
+from executors.contract import Failure, Handler, NodeRequest, Outcome, Success
+
+__all__ = ["THREAD", "Reported", "Runner", "ThreadRunner", "checked_outcome", "pick_runner"]
+
+#: Name of the runner that runs handlers in the worker's own threads.
+THREAD = "thread"
+
+
+@dataclass(frozen=True)
+class Reported:
+    """The run reported its own outcome through the API under its fence.
+
+    Attributes:
+        answer: What the engine answered it (``committed``, ``stale``,
+            ``already-done``), or ``unknown`` when the runner could not learn it.
+    """
+
+    answer: str
+
+
+class Runner(Protocol):
+    """Runs one claimed node to its outcome (see the module docstring)."""
+
+    name: str
+
+    async def run(self, request: NodeRequest, ctx: RunContext, *,
+                  timeout: float) -> Outcome | Reported:
+        """Run the node; stop it on ``ctx.wait_stopped()`` or after ``timeout``."""
+        ...
+
+    async def close(self) -> None:
+        """Release what the runner holds (threads, processes, connections)."""
+        ...
+
+
+def checked_outcome(outcome: Outcome, node_id: str) -> Outcome:
+    """``outcome``, or a non-retryable Failure when a Success's output is not storable
+    JSON. Size is not bounded here: large outputs go to the blob store."""
+    if isinstance(outcome, Success):
+        try:
+            check_json_value(outcome.output, f"output of node {node_id!r}",
+                             max_bytes=sys.maxsize)
+        except InputError as exc:
+            return Failure(str(exc), retryable=False)
+    return outcome
+
+
+def timed_out(elapsed: float, timeout: float) -> Failure:
+    """The outcome of a run stopped at its timeout (retryable: the next attempt may be
+    faster)."""
+    return Failure(f"timed out after {elapsed:.1f}s (timeout {timeout:g}s)", retryable=True)
+
+
+def stopped(ctx: RunContext) -> Failure:
+    """The outcome of a run stopped from outside; the worker discards it when stale."""
+    if ctx.stale:
+        return Failure("fenced out: another worker owns the node", retryable=True)
+    return Failure("the run was stopped", retryable=True)
+
+
+def pick_runner(runners: Mapping[str, Runner], default: str,
+                request: NodeRequest) -> Runner | Failure:
+    """The runner a node asks for (its ``runner`` field), else ``default``; a Failure
+    naming what this executor offers when it lacks the one asked for."""
+    wanted = str(request.config.get("runner") or default)
+    runner = runners.get(wanted)
+    if runner is None:
+        offered = ", ".join(sorted(runners))
+        return Failure(f"node {request.node_id!r} needs the {wanted!r} runner; this "
+                       f"executor offers {offered}", retryable=False)
+    return runner
+
+
+class ThreadRunner:
+    """Runs handlers in the worker's threads (the embedded default).
+
+    A thread cannot be killed: a stopped or timed-out run is told through
+    ``ctx.cancelled`` and abandoned; its late result is never committed. Abandoned
+    threads do not starve new runs (the pool holds twice the concurrency).
+
+    Args:
+        handler: ``handle(request, ctx) -> Outcome``.
+        concurrency: Nodes run at once by the worker.
+    """
+
+    name = THREAD
+
+    def __init__(self, handler: Handler, *, concurrency: int = 4) -> None:
+        self.handler = handler
+        self._threads = ThreadPoolExecutor(max_workers=max(1, concurrency) * 2,
+                                           thread_name_prefix="ax-node")
+
+    async def run(self, request: NodeRequest, ctx: RunContext, *,
+                  timeout: float) -> Outcome | Reported:
+        loop = asyncio.get_running_loop()
+        started = ctx.clock.monotonic()
+        future = loop.run_in_executor(self._threads, self._call, request, ctx)
+        faults.point("handler-running")
+        deadline = ctx.clock.timer(timeout)
+        stop = asyncio.ensure_future(ctx.wait_stopped())
+        waiting: set[asyncio.Future[Any]] = {future, deadline, stop}
+        try:
+            await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            deadline.cancel()
+            stop.cancel()
+        if future.done():
+            return future.result()
+        if ctx.cancelled:
+            # Stop waiting for a handler that ignores cancellation; its result could
+            # never be committed.
+            return stopped(ctx)
+        ctx.cancel()
+        return timed_out(ctx.clock.monotonic() - started, timeout)
+
+    def _call(self, request: NodeRequest, ctx: RunContext) -> Outcome:
+        try:
+            outcome = self.handler(request, ctx)
+        except Exception as exc:  # handlers should not raise; never let one kill the run
+            return Failure(f"{type(exc).__name__}: {exc}", retryable=True)
+        # Checked here, in the handler's thread, rather than in the commit.
+        return checked_outcome(outcome, request.node_id)
+
+    async def close(self) -> None:
+        self._threads.shutdown(wait=False, cancel_futures=True)
