@@ -3,8 +3,9 @@
 ``load_dag`` / ``load_dag_text`` / ``load_dag_mapping`` return a validated, immutable
 :class:`Dag` or raise :class:`~axengine.errors.DagError` listing every problem (with
 file:line, node, field, hint and a stable code). ``validate_file`` returns the problems
-instead of raising. ``to_mermaid`` and ``to_dot`` draw a DAG. The language itself is
-described in ``docs/dag-language.md``.
+instead of raising. ``to_mermaid`` and ``to_dot`` draw a DAG. ``parse_quantity`` reads
+the Kubernetes quantities of a node's ``resources:``. The language itself is described
+in ``docs/dag-language.md``.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from axengine.dag._model import (
     NodeType,
 )
 from axengine.dag._render_graph import to_dot, to_mermaid
+from axengine.dag._resources import RESOURCE_NAMES, RESOURCE_SECTIONS, RUNNERS, parse_quantity
 from axengine.dag._schema import MAX_DAG_NODES
 from axengine.dag._validate import find_cycles
 
@@ -40,6 +42,9 @@ __all__ = [
     "MAX_DOCUMENT_BYTES",
     "MAX_YAML_NODES",
     "NODE_TYPES",
+    "RESOURCE_NAMES",
+    "RESOURCE_SECTIONS",
+    "RUNNERS",
     "Dag",
     "Edge",
     "Fallback",
@@ -49,6 +54,7 @@ __all__ = [
     "load_dag",
     "load_dag_mapping",
     "load_dag_text",
+    "parse_quantity",
     "to_dot",
     "to_mermaid",
     "validate_file",

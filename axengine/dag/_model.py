@@ -114,6 +114,11 @@ class Node:
             (latency, failures, outputs) used when no real provider is configured.
         four_eyes: ``human_gateway``: a decision by the principal that submitted the task
             is refused (approver ≠ submitter).
+        runner: ``llm_call``/``tool_call``: the runner the node needs (``thread``,
+            ``subprocess`` or ``kubernetes``); None when any runner will do.
+        resources: ``llm_call``/``tool_call``: Kubernetes-shaped ``{requests: {cpu,
+            memory}, limits: {cpu, memory}}`` with quantity strings (only the sections
+            and names the DAG sets); None when unset.
         line: Source line of the node, for messages.
     """
 
@@ -138,6 +143,8 @@ class Node:
     lane: str = "default"
     simulate: Mapping[str, Any] | None = None
     four_eyes: bool = False
+    runner: str | None = None
+    resources: Mapping[str, Mapping[str, str]] | None = None
     line: int = field(default=0, compare=False)
 
     @property
@@ -172,6 +179,12 @@ class Node:
         if self.four_eyes:
             # Only when set: DAGs without it keep the content hash they always had.
             out["four_eyes"] = True
+        # Also only when set, for the same reason.
+        if self.runner is not None:
+            out["runner"] = self.runner
+        if self.resources is not None:
+            out["resources"] = {section: dict(values)
+                                for section, values in self.resources.items()}
         if self.fallback is not None:
             out["fallback"] = {"model": self.fallback.model, "threshold": self.fallback.threshold}
         out["next"] = [edge.canonical() for edge in self.next]
@@ -204,6 +217,8 @@ class Node:
             lane=data.get("lane", "default"),
             simulate=data.get("simulate"),
             four_eyes=bool(data.get("four_eyes", False)),
+            runner=data.get("runner"),
+            resources=data.get("resources"),
         )
 
 

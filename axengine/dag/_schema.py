@@ -23,6 +23,7 @@ from axengine.dag._model import (
     Fallback,
     Node,
 )
+from axengine.dag._resources import RESOURCE_NAMES, RESOURCE_SECTIONS, RUNNERS, parse_quantity
 from axengine.dag._validate import SiteKind, TemplateSite, did_you_mean, has_template
 from axengine.errors import DagProblem
 
@@ -44,9 +45,12 @@ _COMMON_FIELDS = (
     "type", "description", "input", "timeout", "retry", "next", "on_failure",
     "stall_timeout", "queue_timeout", "lane",
 )
+#: Fields of the node types that run on an executor (the others run on the API server).
+_EXECUTOR_FIELDS = ("runner", "resources")
 _TYPE_FIELDS: Mapping[str, tuple[str, ...]] = {
-    "tool_call": ("tool", "simulate"),
-    "llm_call": ("model", "prompt", "temperature", "max_tokens", "fallback", "simulate"),
+    "tool_call": ("tool", "simulate", *_EXECUTOR_FIELDS),
+    "llm_call": ("model", "prompt", "temperature", "max_tokens", "fallback", "simulate",
+                 *_EXECUTOR_FIELDS),
     "condition": ("expression",),
     "human_gateway": ("on_timeout", "four_eyes"),
 }
@@ -62,6 +66,13 @@ _MISSING_HINT: Mapping[str, str] = {
     "model": "name the model, e.g. `model: gpt-4o-mini`",
     "prompt": "add `prompt:` with the prompt template",
     "expression": "add `expression:` (an if/elif/else form or one template)",
+}
+_EXECUTES = ("tool_call", "llm_call")
+_RESOURCES_HINT = ("resources: {requests: {cpu: 500m, memory: 256Mi}, "
+                   "limits: {cpu: '1', memory: 1Gi}}")
+_QUANTITY_HINT: Mapping[str, str] = {
+    "cpu": "a non-negative number of cores, e.g. 500m (half a core), 1, 2",
+    "memory": "a non-negative number of bytes with a suffix, e.g. 256Mi, 1Gi, 500M",
 }
 _NEXT_HINT = "next is a node id, a list of ids, or a list of {target, condition} / {target, when}"
 
@@ -306,7 +317,14 @@ class DagBuilder:
         if ntype:
             allowed = (*_COMMON_FIELDS, *_TYPE_FIELDS[ntype])
             others = {t: f for t, f in _TYPE_FIELDS.items() if t != ntype}
-            self._fields(raw, allowed, nid, other=others)
+            self._fields(raw, (*allowed, *_EXECUTOR_FIELDS), nid, other=others)
+            for key in _EXECUTOR_FIELDS:
+                if key in raw and key not in allowed:
+                    self.problem(
+                        "unknown-field", f"{ntype} nodes do not run on an executor (the API "
+                        f"server decides them), so `{key}` does not apply",
+                        _key_line(raw, key), nid, key,
+                        f"remove `{key}`; it is a field of tool_call and llm_call nodes")
             for req in _REQUIRED[ntype]:
                 if req not in raw:
                     self.problem("missing-field", f"{ntype} node needs `{req}`", line, nid,
@@ -352,6 +370,7 @@ class DagBuilder:
                          nid, "simulate")
             simulate = None
         max_tokens = self._integer(raw, "max_tokens", nid, low=1, high=10_000_000)
+        runner = self._choice(raw, "runner", nid, RUNNERS) if ntype in _EXECUTES else None
         return Node(
             id=nid,
             type=ntype,
@@ -374,8 +393,71 @@ class DagBuilder:
             lane=self._choice(raw, "lane", nid, ("default", "fast")) or "default",
             simulate=_plain(simulate),
             four_eyes=four_eyes,
+            runner=runner,
+            resources=self._resources(nid, raw) if ntype in _EXECUTES else None,
             line=line,
         )
+
+    def _resources(self, nid: str, raw: Mapping[str, Any]) -> dict[str, dict[str, str]] | None:
+        """``resources:`` as plain quantity strings, with only the sections set."""
+        value = raw.get("resources")
+        if value is None:
+            return None
+        if not isinstance(value, Mapping):
+            self.problem("bad-value", f"resources must be a mapping, not {_kind(value)}",
+                         _key_line(raw, "resources"), nid, "resources", _RESOURCES_HINT)
+            return None
+        self._fields(value, RESOURCE_SECTIONS, nid, "resources.")
+        out: dict[str, dict[str, str]] = {}
+        amounts: dict[tuple[str, str], Any] = {}
+        for section in RESOURCE_SECTIONS:
+            items = value.get(section)
+            prefix = f"resources.{section}."
+            if items is None:
+                continue
+            if not isinstance(items, Mapping):
+                self.problem("bad-value", f"resources.{section} must be a mapping of cpu and "
+                             f"memory, not {_kind(items)}", _key_line(value, section), nid,
+                             f"resources.{section}", _RESOURCES_HINT)
+                continue
+            self._fields(items, RESOURCE_NAMES, nid, prefix)
+            quantities: dict[str, str] = {}
+            for name in RESOURCE_NAMES:
+                if name in items:
+                    text = self._quantity(items, name, nid, prefix)
+                    if text is not None:
+                        quantities[name] = text
+                        amounts[(section, name)] = parse_quantity(text)
+            if quantities:
+                out[section] = quantities
+        for name in RESOURCE_NAMES:
+            request, limit = amounts.get(("requests", name)), amounts.get(("limits", name))
+            if request is not None and limit is not None and request > limit:
+                self.problem(
+                    "bad-value", f"resources.requests.{name} {out['requests'][name]} is more "
+                    f"than resources.limits.{name} {out['limits'][name]}",
+                    _key_line(value["requests"], name), nid, f"resources.requests.{name}",
+                    "a request may not exceed its limit (Kubernetes refuses such a pod)")
+        return out or None
+
+    def _quantity(self, raw: Mapping[str, Any], key: str, nid: str, prefix: str) -> str | None:
+        """A quantity as its string (``500m``, ``256Mi``; a YAML number becomes its text)."""
+        value = raw[key]
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        text = str(value) if isinstance(value, int | float) and not isinstance(value, bool) \
+            and math.isfinite(value) else value
+        message = f"{prefix}{key} must be a Kubernetes quantity, not {_kind(value)}"
+        if isinstance(text, str):
+            try:
+                parse_quantity(text)
+            except ValueError as exc:
+                message = f"{prefix}{key}: {exc}"
+            else:
+                return text
+        self.problem("bad-value", message, _key_line(raw, key), nid, prefix + key,
+                     _QUANTITY_HINT[key])
+        return None
 
     def _fallback(self, nid: str, raw: Mapping[str, Any]) -> Fallback | None:
         value = raw.get("fallback")
