@@ -29,6 +29,7 @@ from axengine.engine import (
 from axengine.process import AxProcess, ExecutorSpec, Shape
 from axengine.queue import DEFAULT_LANE, FAST_LANE
 from axengine.wire import RunResult, path_of, result_of
+from axengine.worker import THREAD, Runner
 from axengine.worker._process import DEFAULT_GRACE_SECONDS
 from executors.contract import Handler
 
@@ -65,6 +66,10 @@ class LocalSession:
         lanes: Lanes the executor serves (default: every lane).
         clock: Time of the engine, executor and reconciler (tests inject
             :class:`~axengine.clock.ManualClock` to run timeouts instantly).
+        runner: Where nodes that do not name a runner run (``thread``, ``subprocess``;
+            see :data:`axengine.runners.RUNNER_NAMES`).
+        runners: Runners already built, by name; one named by ``runner`` and missing
+            here is built by :func:`axengine.runners.make_runners`.
     """
 
     def __init__(
@@ -79,8 +84,15 @@ class LocalSession:
         grace_seconds: float = DEFAULT_GRACE_SECONDS,
         lanes: Sequence[str] = (FAST_LANE, DEFAULT_LANE),
         clock: Clock = SYSTEM,
+        runner: str = THREAD,
+        runners: Mapping[str, Runner] | None = None,
     ) -> None:
         self.config = config or AxConfig.from_env()
+        built = dict(runners or {})
+        if runner != THREAD and runner not in built:
+            from axengine.runners import make_runners
+
+            built.update(make_runners([runner], handler=handler))
         # Embedded runs are your own DAGs on your own machine: the tools' policy trusts
         # them (local files, loopback) unless the caller's settings say otherwise. The
         # API shapes (ax server, ax executor) keep the default, untrusted "api".
@@ -90,7 +102,8 @@ class LocalSession:
             engine_config=engine_config, clock=clock,
             executor=ExecutorSpec(concurrency=concurrency, lease_seconds=lease_seconds,
                                   grace_seconds=grace_seconds, settings=settings,
-                                  lanes=lanes, handler=handler, poll_timeout=0.2)))
+                                  lanes=lanes, handler=handler, poll_timeout=0.2,
+                                  runners=built, runner=runner)))
         self._changed: dict[str, asyncio.Event] = {}
 
     @property

@@ -21,7 +21,7 @@ import ipaddress
 import logging
 import socket
 import sys
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,6 +40,7 @@ from axengine.engine import Engine, EngineConfig
 from axengine.errors import InputError
 from axengine.metrics import AxMetrics
 from axengine.process import AxProcess, ExecutorSpec, Shape, stop_on_signals
+from axengine.worker import THREAD, Runner
 
 __all__ = ["DEFAULT_GRPC_MAX_MESSAGE", "ApiServer", "Listening", "ServerOptions", "is_loopback",
            "parse_address", "serve"]
@@ -77,6 +78,9 @@ class ServerOptions:
         quotas: What one submitter may ask for (node timeouts, deadline, unfinished
             tasks); ``lane: fast`` and priority > 0 need the ``expedite`` role.
         role: Prefix of this process's owner id (``api`` or ``server``).
+        runner: Where the in-process executor runs nodes that do not name a runner.
+        runners: Runners besides ``thread`` for the in-process executor, by name
+            (:func:`axengine.runners.make_runners`).
     """
 
     config: AxConfig
@@ -93,6 +97,8 @@ class ServerOptions:
     engine_config: EngineConfig | None = None
     quotas: Quotas = field(default_factory=Quotas)
     role: str = "api"
+    runner: str = THREAD
+    runners: Mapping[str, Runner] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -174,7 +180,8 @@ class ApiServer:
             executor = ExecutorSpec(
                 concurrency=options.worker_concurrency, lease_seconds=options.lease_seconds,
                 settings=options.config.handler_settings, poll_timeout=0.2,
-                observe=self.metrics.complete_answer)
+                observe=self.metrics.complete_answer, runners=options.runners,
+                runner=options.runner)
         self.process = AxProcess(Shape(
             config=options.config, executor=executor,
             reconcile_interval=options.reconcile_interval,

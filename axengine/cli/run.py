@@ -26,6 +26,7 @@ from axengine.credentials import redact_url
 from axengine.engine import Event, TaskRecord, TaskView
 from axengine.errors import AxError, DagError
 from axengine.local import LocalSession, RunResult, load_any_dag
+from axengine.runners import RUNNER_NAMES, THREAD, runner_help
 from axengine.wire import result_json
 
 
@@ -42,6 +43,8 @@ def register(sub: Any) -> None:
     p.add_argument("--idempotency-key", default="", help="same key + same input = same task")
     p.add_argument("--label", action="append", default=[], metavar="K=V")
     p.add_argument("--concurrency", type=int, default=4)
+    p.add_argument("--runner", choices=RUNNER_NAMES, default=THREAD,
+                   help=runner_help("the embedded executor"))
     p.add_argument("--quiet", "-q", action="store_true", help="no live progress")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--server", metavar="URL",
@@ -87,6 +90,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         return fail(str(exc))
     try:
         if args.server:
+            if args.runner != THREAD:
+                return fail("--runner applies to the embedded engine; with --server the "
+                            "server's executors choose where nodes run")
             return _run_server(args, dag, task_input, decide, labels)
         return asyncio.run(_run(args, dag, task_input, decide, labels))
     except AxError as exc:
@@ -98,7 +104,8 @@ async def _run(args: argparse.Namespace, dag: Any, task_input: Any, decide: dict
     config = config_of(args)
     t0 = time.time()
     printer = _Printer(quiet=args.quiet or args.json, t0=t0)
-    async with LocalSession(config, concurrency=args.concurrency) as session:
+    async with LocalSession(config, concurrency=args.concurrency,
+                            runner=args.runner) as session:
         session.engine.add_listener(printer)
         if args.resume:
             task_id = args.resume

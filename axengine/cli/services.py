@@ -32,6 +32,7 @@ from axengine.cli._common import EXIT_USAGE, add_home, fail
 from axengine.config import AxConfig
 from axengine.engine import EngineConfig
 from axengine.errors import AxError
+from axengine.runners import RUNNER_NAMES, THREAD, make_runners, runner_help
 
 __all__ = ["register"]
 
@@ -101,6 +102,8 @@ def register(sub: Any) -> None:
                         help="serve without authentication (loopback addresses only)")
     server.add_argument("--concurrency", type=int, default=4,
                         help="nodes the in-process executor runs at once (default 4)")
+    server.add_argument("--runner", choices=RUNNER_NAMES, default=THREAD,
+                        help=runner_help("the in-process executor"))
     server.set_defaults(func=cmd_server)
 
 
@@ -173,7 +176,8 @@ def cmd_server(args: argparse.Namespace) -> int:
     try:
         auth = _auth(args, args.no_auth, "--no-auth")
         options = _options(args, auth=auth, role="server", run_worker=True,
-                           worker_concurrency=args.concurrency)
+                           worker_concurrency=args.concurrency, runner=args.runner,
+                           runners=make_runners([args.runner]))
         if auth is None:
             for value in (options.http, options.grpc):
                 if value is not None and not is_loopback(parse_address(value, "")[0]):

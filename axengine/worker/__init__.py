@@ -8,8 +8,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from axengine.worker._context import EngineClient, RunContext
-from axengine.worker._runner import THREAD, Reported, Runner, ThreadRunner
+from axengine.worker._context import EngineClient, FencedOut, RunContext
+from axengine.worker._runner import (
+    THREAD,
+    Reported,
+    Runner,
+    ThreadRunner,
+    checked_outcome,
+    stopped,
+    timed_out,
+)
 from axengine.worker._worker import DependencyRamp, Worker
 
 __all__ = [
@@ -17,12 +25,16 @@ __all__ = [
     "DependencyRamp",
     "EngineClient",
     "Executor",
+    "FencedOut",
     "Reported",
     "RunContext",
     "Runner",
     "ShutdownReport",
     "ThreadRunner",
     "Worker",
+    "checked_outcome",
+    "stopped",
+    "timed_out",
 ]
 
 _PROCESS = ("Executor", "ShutdownReport")

@@ -57,6 +57,11 @@ class EngineClient(Protocol):
 
     async def effect_get(self, key: str) -> Any: ...
 
+    async def get_run(self, task_id: str, node_id: str, *, fence: int) -> Any:
+        """What the attempt holding ``fence`` runs (its claim's answer), or None when the
+        fence no longer holds. Changes nothing."""
+        ...
+
 
 class FencedOut(Conflict):
     """Raised into a handler by an outbox call answered ``stale``: another worker owns

@@ -40,7 +40,7 @@ from axengine.queue import DEFAULT_LANE, FAST_LANE, WorkItem, WorkQueue
 from axengine.worker._context import EngineClient, RunContext
 from axengine.worker._runner import THREAD, Runner
 from axengine.worker._worker import Worker
-from executors.contract import Failure, Handler, NodeContext, NodeRequest, Outcome, Unavailable
+from executors.contract import Handler, NodeRequest, Unavailable
 
 __all__ = [
     "DEFAULT_GRACE_SECONDS",
@@ -189,6 +189,9 @@ class _Tracking:
     async def effect_get(self, key: str) -> Any:
         return await self.inner.effect_get(key)
 
+    async def get_run(self, task_id: str, node_id: str, *, fence: int) -> Any:
+        return await self.inner.get_run(task_id, node_id, fence=fence)
+
 
 class Executor:
     """A :class:`Worker` with graceful shutdown and hand-back of unfinished nodes.
@@ -251,19 +254,20 @@ class Executor:
         """``(task_id, node_id)`` claimed and not completed yet, sorted."""
         return sorted(self._flights)
 
-    def _handle(self, request: NodeRequest, ctx: NodeContext) -> Outcome:
-        flight = self._flights.get((request.task_id, request.node_id))
-        if flight is not None and flight.request.fence == request.fence:
-            if isinstance(ctx, RunContext):
-                flight.ctx = ctx
+    def _started(self, ctx: RunContext) -> None:
+        """Told of every run before its runner starts it: the hand-back reaches the run
+        through its context, whatever the runner (a thread is told, a process killed,
+        a Job deleted). A node handed back before it started never starts."""
+        req = ctx.request
+        flight = self._flights.get((req.task_id, req.node_id))
+        if flight is not None and flight.request.fence == req.fence:
+            flight.ctx = ctx
             if flight.handed_back:
-                if isinstance(ctx, RunContext):
-                    ctx.mark_stale()  # the worker acks without completing
-                return Failure("handed back at shutdown before it started", retryable=True)
-        return self._handler(request, ctx)
+                ctx.mark_stale()  # the worker acks without completing
 
     def _new_worker(self) -> Worker:
-        return Worker(engine=self._tracking, queue=self.queue, handler=self._handle,
+        return Worker(engine=self._tracking, queue=self.queue, handler=self._handler,
+                      on_run=self._started,
                       worker_id=self.worker_id, concurrency=self.concurrency,
                       lease_seconds=self.lease_seconds, settings=self.settings,
                       lanes=self.lanes, poll_timeout=self.poll_timeout, clock=self.clock,

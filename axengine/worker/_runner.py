@@ -34,7 +34,8 @@ from axengine.limits import check_json_value
 from axengine.worker._context import RunContext
 from executors.contract import Failure, Handler, NodeRequest, Outcome, Success
 
-__all__ = ["THREAD", "Reported", "Runner", "ThreadRunner", "checked_outcome", "pick_runner"]
+__all__ = ["THREAD", "Reported", "Runner", "ThreadRunner", "checked_outcome", "pick_runner",
+           "stopped", "timed_out"]
 
 #: Name of the runner that runs handlers in the worker's own threads.
 THREAD = "thread"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +22,14 @@ from axengine.errors import AxError
 from axengine.owners import LOCAL_PRINCIPAL, host_pid_owner
 from axengine.queue import DEFAULT_LANE, FAST_LANE, WorkItem, WorkQueue
 from axengine.worker._context import EngineClient, RunContext
-from axengine.worker._runner import THREAD, Reported, Runner, ThreadRunner, pick_runner
+from axengine.worker._runner import (
+    THREAD,
+    Reported,
+    Runner,
+    ThreadRunner,
+    pick_runner,
+    stopped,
+)
 from executors.contract import Failure, Handler, NodeRequest, Outcome, Success, Unavailable
 
 __all__ = ["DependencyRamp", "Worker"]
@@ -112,6 +119,8 @@ class Worker:
         runners: Runners besides ``thread`` (which runs ``handler`` in this process),
             by name.
         runner: The runner of nodes that do not name one.
+        on_run: Told of each run's context before its runner starts it (the executor
+            reaches runs through it to hand them back).
     """
 
     def __init__(
@@ -129,8 +138,10 @@ class Worker:
         clock: Clock = SYSTEM,
         runners: Mapping[str, Runner] | None = None,
         runner: str = THREAD,
+        on_run: Callable[[RunContext], None] | None = None,
     ) -> None:
         self.engine = engine
+        self.on_run = on_run
         self.queue = queue
         self.handler = handler
         self.worker_id = worker_id or host_pid_owner("w")
@@ -229,6 +240,10 @@ class Worker:
         runner = pick_runner(self.runners, self.runner, request)
         if isinstance(runner, Failure):
             return runner
+        if self.on_run is not None:
+            self.on_run(ctx)
+        if ctx.cancelled:
+            return stopped(ctx)  # stopped before it started: it never starts
         beats = asyncio.create_task(self._heartbeats(ctx))
         try:
             return await runner.run(request, ctx, timeout=timeout)

@@ -2,16 +2,19 @@
 
 An ``ax executor`` process talks to the control plane only through this client: claim,
 heartbeat, progress, complete and the side-effect outbox, each carrying the fence its
-claim got. Answers that are control flow (``stale``, ``already-done``,
-``not-claimable``) come back as results; real errors come back as gRPC status codes and
-are mapped to the :class:`~axengine.errors.AxError` tree here, at the edge.
+claim got. A Kubernetes Job's container (:mod:`axengine.runners.job_entry`) uses it too:
+``get_run`` fetches the run its executor claimed, by fence, and the rest is the same.
+
+Answers that are control flow (``stale``, ``already-done``, ``not-claimable``) come back
+as results; real errors come back as gRPC status codes and are mapped to the
+:class:`~axengine.errors.AxError` tree here, at the edge.
 
 Retries. ``UNAVAILABLE`` (the API is restarting, or it cannot reach etcd) and
 ``DEADLINE_EXCEEDED`` are retried inside the client with exponential backoff and jitter
 for at most ``retry_for`` seconds, then raised as :class:`ApiUnavailable`. Every call
 of this service is safe to repeat:
 
-- heartbeat, progress, effect_get and effect_done are idempotent;
+- heartbeat, progress, get_run, effect_get and effect_done are idempotent;
 - a repeated complete answers ``already-done`` (same fence, same output) or ``stale``
   (the first one moved the node on): never a second commit;
 - a claim whose reply was lost left the node RUNNING under this worker; the repeat
@@ -197,17 +200,8 @@ class GrpcEngineClient:
                                                      lease_seconds=lease_seconds or 0.0))
         result = reply.result
         if result == ax_pb2.CLAIM_RESULT_CLAIMED:
-            config = json.loads(reply.config_json) if reply.config_json else {}
-            request = NodeRequest(
-                task_id=task_id, node_id=node_id, node_type=reply.node_type,
-                attempt=reply.attempt, fence=reply.fence, config=config,
-                input=self._input_of(reply), labels=dict(reply.labels),
-                input_revision=reply.input_revision,
-            )
             self._claims[(task_id, node_id)] = (reply.fence, worker)
-            return ClaimResult("claimed", request=request,
-                               timeout=float(config.get("timeout") or 0.0) or 300.0,
-                               lease_until=reply.lease_until)
+            return self._claimed(task_id, node_id, reply)
         if result == ax_pb2.CLAIM_RESULT_NOT_YET:
             return ClaimResult("not-claimable", reason="backoff",
                                retry_after=max(0.0, reply.not_before - time.time()))
@@ -217,6 +211,38 @@ class GrpcEngineClient:
             return ClaimResult("not-claimable", reason=reply.reason)
         raise StoreError(f"claim {task_id}/{node_id}: the API answered an unknown result "
                          f"{result}; is it a newer version than this executor?")
+
+    async def get_run(self, task_id: str, node_id: str, *, fence: int) -> ClaimResult | None:
+        """The run of the attempt holding ``fence`` — what its claim answered — or None
+        when ``fence`` is not the node's current fence under a live lease (``STALE``);
+        see :meth:`axengine.engine.Engine.get_run`. Changes nothing.
+
+        Raises:
+            NotFound: The task or the node does not exist.
+        """
+        reply = await self._call(f"get_run {task_id}/{node_id}", self.stub.GetRun,
+                                 ax_pb2.GetRunRequest(task_id=task_id, node_id=node_id,
+                                                      fence=fence))
+        if reply.result != ax_pb2.LEASE_RESULT_OK:
+            return None
+        if reply.run.result != ax_pb2.CLAIM_RESULT_CLAIMED or reply.run.fence != fence:
+            raise StoreError(f"get_run {task_id}/{node_id}: the API answered a run of fence "
+                             f"{reply.run.fence} for fence {fence}")
+        return self._claimed(task_id, node_id, reply.run)
+
+    def _claimed(self, task_id: str, node_id: str, reply: Any) -> ClaimResult:
+        """The ``claimed`` :class:`ClaimResult` a ``ClaimReply`` carries."""
+        config = json.loads(reply.config_json) if reply.config_json else {}
+        request = NodeRequest(
+            task_id=task_id, node_id=node_id, node_type=reply.node_type,
+            attempt=reply.attempt, fence=reply.fence, config=config,
+            input=self._input_of(reply), labels=dict(reply.labels),
+            input_revision=reply.input_revision,
+        )
+        return ClaimResult("claimed", request=request,
+                           timeout=float(config.get("timeout") or 0.0) or 300.0,
+                           lease_until=reply.lease_until, submitted_by=reply.submitted_by,
+                           dag_hash=reply.dag_hash)
 
     @staticmethod
     def _input_of(reply: Any) -> Any:
