@@ -21,6 +21,7 @@ SERVER_FIXTURES = frozenset({
     "secure_etcd",                  # tests/store/test_etcd.py: etcd with TLS and auth
     "topology",                     # tests/security/conftest.py, tests/test_client.py
     "cluster", "bare", "topo",      # tests/cluster/: etcd + Redis + ax api + ax executors
+    "kube", "k8s_standin",          # tests/k8s/conftest.py: Kubernetes API stand-in (or real)
 })
 #: Of those, the ones whose tests kill, pause or restart processes: also ``slow``.
 SLOW_FIXTURES = frozenset({"cluster", "bare", "topo"})
