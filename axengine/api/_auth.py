@@ -27,6 +27,7 @@ from typing import Any
 import yaml
 
 from axengine.errors import Forbidden, InputError, Unauthorized
+from axengine.owners import LOCAL_PRINCIPAL
 
 __all__ = [
     "ANONYMOUS",
@@ -103,6 +104,12 @@ def _entry(raw: Any, index: int, file: str) -> _Entry:
     name = raw.get("name")
     if not isinstance(name, str) or not _NAME.match(name):
         raise InputError(f"{where}: `name` must be 1-128 letters, digits or _ . @ : -")
+    if name == LOCAL_PRINCIPAL:
+        # Tasks of the embedded engine are submitted by 'local'; an executor running
+        # with trust 'local' lends local trust to exactly those. A token by that name
+        # would borrow it.
+        raise InputError(f"{where}: the name {LOCAL_PRINCIPAL!r} is reserved for the "
+                         "embedded engine's own tasks; choose another")
     has_hash, has_token = "token_sha256" in raw, "token" in raw
     if has_hash == has_token:
         raise InputError(f"{where} ({name}): give exactly one of token_sha256 or token")

@@ -25,7 +25,7 @@ from axengine.api import _ops as ops
 from axengine.api._auth import ANONYMOUS, Authenticator, Principal
 from axengine.api._errors import public_message, status_of
 from axengine.api._quotas import UNLIMITED, Quotas
-from axengine.engine import Engine, Snapshot, TaskRecord, check_digest, holds
+from axengine.engine import ClaimResult, Engine, Snapshot, TaskRecord, check_digest, holds
 from axengine.errors import BlobError, InputError, NotFound
 from axengine.metrics import AxMetrics
 from axengine.records import BlobRef, Event, NodeState
@@ -224,6 +224,18 @@ class AxServicer(_Base):
                                     hint=p.hint or "", code=p.code) for p in problems])
 
 
+def _claimed_pb(claim: ClaimResult) -> Any:
+    """The ``ClaimReply`` of a claimed run (a Claim's answer, and a GetRun's ``run``)."""
+    req = claim.request
+    assert req is not None
+    return pb.ClaimReply(
+        result=pb.CLAIM_RESULT_CLAIMED, fence=req.fence, attempt=req.attempt,
+        node_type=req.node_type, config_json=codec.canonical_json(dict(req.config)),
+        input_json=codec.canonical_json(req.input), labels=dict(req.labels),
+        input_revision=req.input_revision, lease_until=claim.lease_until,
+        submitted_by=claim.submitted_by, dag_hash=claim.dag_hash)
+
+
 class ExecutorServicer(_Base):
     """``ax.v1.ExecutorService``: the worker operations, fenced."""
 
@@ -235,19 +247,23 @@ class ExecutorServicer(_Base):
                                         worker=request.worker_id,
                                         lease_seconds=request.lease_seconds or None)
         if claim.result == "claimed":
-            req = claim.request
-            assert req is not None
-            return pb.ClaimReply(
-                result=pb.CLAIM_RESULT_CLAIMED, fence=req.fence, attempt=req.attempt,
-                node_type=req.node_type, config_json=codec.canonical_json(dict(req.config)),
-                input_json=codec.canonical_json(req.input), labels=dict(req.labels),
-                input_revision=req.input_revision, lease_until=claim.lease_until)
+            return _claimed_pb(claim)
         if claim.result == "dead":
             return pb.ClaimReply(result=pb.CLAIM_RESULT_DEAD, reason=claim.reason)
         if claim.reason == "backoff":
             return pb.ClaimReply(result=pb.CLAIM_RESULT_NOT_YET, reason=claim.reason,
                                  not_before=self.engine.clock() + claim.retry_after)
         return pb.ClaimReply(result=pb.CLAIM_RESULT_NOT_CLAIMABLE, reason=claim.reason)
+
+    @rpc("executor")
+    async def GetRun(self, request: Any, context: Any, who: Principal) -> Any:
+        if request.fence <= 0:
+            raise InputError("fence is required: send the fence of the claim that runs "
+                             f"{request.task_id}/{request.node_id}")
+        run = await self.engine.get_run(request.task_id, request.node_id, fence=request.fence)
+        if run is None:
+            return pb.GetRunReply(result=pb.LEASE_RESULT_STALE)
+        return pb.GetRunReply(result=pb.LEASE_RESULT_OK, run=_claimed_pb(run))
 
     def _lease(self, seconds: float) -> float:
         return seconds or self.engine.config.lease_seconds

@@ -14,7 +14,7 @@ from typing import Any
 
 # Imported, not looked up by name: a command module that fails to import is an error
 # of `ax` itself, never a command quietly missing from `ax --help`.
-from axengine.cli import decide, executor, graph, run, services, snapshot, tasks, validate
+from axengine.cli import decide, executor, graph, k8s, run, services, snapshot, tasks, validate
 
 __all__ = ["main"]
 
@@ -28,6 +28,7 @@ COMMANDS: tuple[Callable[[Any], None], ...] = (
     snapshot.register,
     services.register,
     executor.register,
+    k8s.register,
 )
 
 

@@ -20,6 +20,7 @@ from axengine.credentials import redact_url
 from axengine.errors import AxError
 from axengine.process import AxProcess, ExecutorSpec, RemoteApi, Shape, serve
 from axengine.queue import DEFAULT_LANE, FAST_LANE
+from axengine.runners import RUNNER_NAMES, THREAD, make_runners, runner_help
 from axengine.worker._process import DEFAULT_GRACE_SECONDS
 
 
@@ -50,6 +51,18 @@ def register(sub: Any) -> None:
     p.add_argument("--lane", action="append", default=None, metavar="LANE",
                    help=f"lane to serve, in priority order (repeatable; default {FAST_LANE}, "
                    f"{DEFAULT_LANE})")
+    p.add_argument("--runner", choices=RUNNER_NAMES, default=THREAD,
+                   help=runner_help("this executor"))
+    kube = p.add_argument_group("kubernetes runner (--runner kubernetes)")
+    kube.add_argument("--job-settings", "--job-config", dest="job_config", default=None,
+                      metavar="FILE", help="Job settings (YAML: namespace, image, API "
+                      "address as pods see it, token Secret; see docs/deployment.md)")
+    kube.add_argument("--kube-context", default=None, metavar="NAME",
+                      help="kubeconfig context ($KUBECONFIG or ~/.kube/config; default: the "
+                      "current context, or the in-cluster service account)")
+    kube.add_argument("--pod-settings-secret", default=None, metavar="NAME",
+                      help="Secret whose settings.json key holds the node pods' handler "
+                      "settings (JSON, as --settings)")
     p.add_argument("--settings", default=None, metavar="JSON|FILE",
                    help="handler settings merged over the environment's, e.g. "
                    "'{\"simulate\": {\"latency\": 0.2}}' (see docs/executors.md)")
@@ -74,6 +87,22 @@ def read_token(args: argparse.Namespace) -> str:
     raise AxError(f"--token-file {args.token_file} holds no token")
 
 
+def kube_options(args: argparse.Namespace) -> Any:
+    """The kubernetes runner's options, or None when another runner is chosen."""
+    if args.runner != "kubernetes":
+        if args.job_config or args.kube_context or args.pod_settings_secret:
+            raise AxError("--job-settings, --kube-context and --pod-settings-secret apply "
+                          "to --runner kubernetes")
+        return None
+    try:
+        from axengine.runners.kubernetes import KubeOptions
+    except ImportError as exc:
+        raise AxError(f"--runner kubernetes needs lightkube ({exc}); install "
+                      "axengine[kubernetes]") from exc
+    return KubeOptions(job_config=args.job_config, context=args.kube_context,
+                       settings_secret=args.pod_settings_secret)
+
+
 def cmd_executor(args: argparse.Namespace) -> int:
     logging.basicConfig(level=getattr(logging, args.log_level),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -87,6 +116,7 @@ def cmd_executor(args: argparse.Namespace) -> int:
         if not isinstance(extra, dict):
             raise AxError("--settings must be a JSON object")
         token = read_token(args)
+        runners = make_runners([args.runner], kube=kube_options(args))
     except AxError as exc:
         return fail(str(exc))
     handler_settings = {**AxConfig.from_env().handler_settings, **extra}
@@ -96,13 +126,13 @@ def cmd_executor(args: argparse.Namespace) -> int:
         executor=ExecutorSpec(
             worker_id=args.worker_id, concurrency=args.concurrency, lease_seconds=args.lease,
             grace_seconds=args.grace, lanes=tuple(args.lane or (FAST_LANE, DEFAULT_LANE)),
-            settings=handler_settings))
+            settings=handler_settings, runners=runners, runner=args.runner))
 
     def announce(process: AxProcess) -> None:
         assert process.executor is not None
         print(f"ax executor: worker {process.executor.worker_id} (pid {os.getpid()}) serving "
               f"api {args.api}, queue {redact_url(args.queue)}, concurrency "
-              f"{args.concurrency}, lease {args.lease:g}s", flush=True)
+              f"{args.concurrency}, lease {args.lease:g}s, runner {args.runner}", flush=True)
 
     try:
         report = asyncio.run(serve(shape, announce=announce))

@@ -13,7 +13,8 @@ from axengine.engine._index import index_writes
 from axengine.engine._reads import TaskView
 from axengine.engine._reconciler import Reconciler, ReconcileReport
 from axengine.engine._rules import Plan, RuleConfig, holds
-from axengine.engine._shell import ClaimResult, Engine, EngineConfig, SubmitResult
+from axengine.engine._runs import ClaimResult
+from axengine.engine._shell import Engine, EngineConfig, SubmitResult
 from axengine.owners import LOCAL_PRINCIPAL, host_pid_owner, owner_is_dead
 from axengine.records import (
     ACTIVE_STATES,

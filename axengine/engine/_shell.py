@@ -31,13 +31,14 @@ from typing import Any
 from axengine import codec, faults
 from axengine.blobs import DEFAULT_THRESHOLD, DirBlobStore
 from axengine.config import DEFAULT_PREFIX
-from axengine.dag import Dag
+from axengine.dag import Dag, Node
 from axengine.engine import _effects as effects
 from axengine.engine import _rules as rules
 from axengine.engine._budget import require_fit
 from axengine.engine._index import index_writes
 from axengine.engine._reads import EngineReads, TaskView, _event_id
 from axengine.engine._restore import restored
+from axengine.engine._runs import ClaimResult, claimed
 from axengine.engine._view import Need, View
 from axengine.errors import Conflict, NotFound, StoreError
 from axengine.keys import StoreKeys
@@ -46,10 +47,9 @@ from axengine.owners import LOCAL_PRINCIPAL
 from axengine.queue import WorkItem, WorkQueue
 from axengine.records import Event, Snapshot, TaskRecord, TaskStatus
 from axengine.store import Compare, Get, Mod, Op, Put, StateStore, TxnResult, Version
-from executors.contract import NodeRequest, Outcome
+from executors.contract import Outcome
 
-__all__ = ["ClaimResult", "Engine", "EngineConfig", "SubmitResult",
-           "TaskView"]
+__all__ = ["Engine", "EngineConfig", "SubmitResult", "TaskView"]
 
 #: How many times a transition is re-decided after losing a compare before giving up.
 MAX_CAS_RETRIES = 64
@@ -84,31 +84,6 @@ class EngineConfig:
 class SubmitResult:
     task_id: str
     created: bool
-
-
-@dataclass(frozen=True)
-class ClaimResult:
-    """Answer to a claim.
-
-    Attributes:
-        result: ``claimed``, ``not-claimable`` or ``dead``.
-        request: What to run (when claimed), with the fence this attempt holds.
-        timeout: Seconds this attempt may run.
-        lease_until: Lease expiry granted by the claim.
-        retry_after: When not claimable because of backoff or a live lease: seconds
-            until it may be claimable.
-        reason: Why it is not claimable (``backoff``, ``leased``, the node state).
-        submitted_by: Who submitted the task (``local`` for the embedded engine; "" when
-            the answer came over the wire, which does not carry it).
-    """
-
-    result: str
-    request: NodeRequest | None = None
-    timeout: float = 0.0
-    lease_until: float = 0.0
-    retry_after: float = 0.0
-    reason: str = ""
-    submitted_by: str = ""
 
 
 class Engine(EngineReads):
@@ -402,26 +377,38 @@ class Engine(EngineReads):
             preload=(node_id,))
         if plan.result == "claimed":
             snap: Snapshot = plan.detail
-            node = view.dag.nodes[node_id]
-            params = snap.input
-            if snap.input_ref is not None:
-                params = await self.blob_json(snap.input_ref)
-            params = params or {}
-            config = {k: v for k, v in node.canonical().items() if k not in ("next", "input")}
-            if "prompt" in params:
-                config["prompt"] = params["prompt"]
-            request = NodeRequest(
-                task_id=task_id, node_id=node_id, node_type=node.type, attempt=snap.attempt,
-                fence=snap.fence, config=config, input=params.get("input"),
-                labels=dict(view.task.labels), input_revision=snap.input_revision,
-            )
-            return ClaimResult("claimed", request=request, timeout=node.timeout,
-                               lease_until=snap.lease_until,
-                               submitted_by=view.task.submitted_by)
+            return await self._claimed(view.task, view.dag.nodes[node_id], snap)
         if plan.result == "dead":
             return ClaimResult("dead", reason="deadline or attempt budget")
         reason, retry_after = plan.detail or ("", 0.0)
         return ClaimResult("not-claimable", retry_after=retry_after, reason=reason)
+
+    async def get_run(self, task_id: str, node_id: str, *, fence: int) -> ClaimResult | None:
+        """What the attempt holding ``fence`` runs — its claim's answer — or None when
+        ``fence`` is not the node's current fence under a live lease. Changes nothing.
+
+        A Kubernetes Job's container asks this (``GetRun``) for the run its executor
+        claimed; a runner's garbage collection asks it whether a Job's fence still
+        holds. A None is final for that fence: fences only grow.
+
+        Raises:
+            NotFound: The task or the node does not exist.
+        """
+        task, _ = await self._load_task(task_id)
+        dag = await self.get_dag(task.dag_hash)
+        node = dag.nodes.get(node_id)
+        snap = await self.snapshot(task_id, node_id) if node is not None else None
+        if node is None or snap is None:
+            raise NotFound(f"task {task_id!r} has no node {node_id!r}")
+        if not rules.holds(snap, fence, self.clock()):
+            return None
+        return await self._claimed(task, node, snap)
+
+    async def _claimed(self, task: TaskRecord, node: Node, snap: Snapshot) -> ClaimResult:
+        params = snap.input
+        if snap.input_ref is not None:
+            params = await self.blob_json(snap.input_ref)
+        return claimed(task, node, snap, params)
 
     async def heartbeat(self, task_id: str, node_id: str, *, fence: int,
                         lease_seconds: float | None = None) -> str:

@@ -61,6 +61,8 @@ tokens:
      "  - {name: a, token: long-enough-token-2, roles: [admin]}", "duplicate token name"),
     ("tokens:\n  - {name: a, token: long-enough-token-1, roles: [admin]}\n"
      "  - {name: b, token: long-enough-token-1, roles: [admin]}", "same token"),
+    ("tokens:\n  - {name: local, token: long-enough-token-1, roles: [submit]}",
+     "the name 'local' is reserved"),
     ("tokens: [\n", "not valid YAML"),
     ("users: []", "unknown top-level field"),
 ])

@@ -497,7 +497,7 @@ class ClaimRequest(_message.Message):
     def __init__(self, task_id: _Optional[str] = ..., node_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., lease_seconds: _Optional[float] = ...) -> None: ...
 
 class ClaimReply(_message.Message):
-    __slots__ = ("result", "fence", "attempt", "node_type", "config_json", "input_json", "labels", "input_revision", "lease_until", "input_ref", "not_before", "reason")
+    __slots__ = ("result", "fence", "attempt", "node_type", "config_json", "input_json", "labels", "input_revision", "lease_until", "input_ref", "not_before", "reason", "submitted_by", "dag_hash")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -517,6 +517,8 @@ class ClaimReply(_message.Message):
     INPUT_REF_FIELD_NUMBER: _ClassVar[int]
     NOT_BEFORE_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    SUBMITTED_BY_FIELD_NUMBER: _ClassVar[int]
+    DAG_HASH_FIELD_NUMBER: _ClassVar[int]
     result: ClaimResult
     fence: int
     attempt: int
@@ -529,7 +531,27 @@ class ClaimReply(_message.Message):
     input_ref: BlobRef
     not_before: float
     reason: str
-    def __init__(self, result: _Optional[_Union[ClaimResult, str]] = ..., fence: _Optional[int] = ..., attempt: _Optional[int] = ..., node_type: _Optional[str] = ..., config_json: _Optional[str] = ..., input_json: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., input_revision: _Optional[str] = ..., lease_until: _Optional[float] = ..., input_ref: _Optional[_Union[BlobRef, _Mapping]] = ..., not_before: _Optional[float] = ..., reason: _Optional[str] = ...) -> None: ...
+    submitted_by: str
+    dag_hash: str
+    def __init__(self, result: _Optional[_Union[ClaimResult, str]] = ..., fence: _Optional[int] = ..., attempt: _Optional[int] = ..., node_type: _Optional[str] = ..., config_json: _Optional[str] = ..., input_json: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., input_revision: _Optional[str] = ..., lease_until: _Optional[float] = ..., input_ref: _Optional[_Union[BlobRef, _Mapping]] = ..., not_before: _Optional[float] = ..., reason: _Optional[str] = ..., submitted_by: _Optional[str] = ..., dag_hash: _Optional[str] = ...) -> None: ...
+
+class GetRunRequest(_message.Message):
+    __slots__ = ("task_id", "node_id", "fence")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    FENCE_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    node_id: str
+    fence: int
+    def __init__(self, task_id: _Optional[str] = ..., node_id: _Optional[str] = ..., fence: _Optional[int] = ...) -> None: ...
+
+class GetRunReply(_message.Message):
+    __slots__ = ("result", "run")
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    result: LeaseResult
+    run: ClaimReply
+    def __init__(self, result: _Optional[_Union[LeaseResult, str]] = ..., run: _Optional[_Union[ClaimReply, _Mapping]] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
     __slots__ = ("task_id", "node_id", "fence", "worker_id", "lease_seconds")

@@ -509,6 +509,11 @@ class ExecutorServiceStub:
                 request_serializer=proto_dot_ax_dot_v1_dot_ax__pb2.EffectGetRequest.SerializeToString,
                 response_deserializer=proto_dot_ax_dot_v1_dot_ax__pb2.EffectRecord.FromString,
                 _registered_method=True)
+        self.GetRun = channel.unary_unary(
+                '/ax.v1.ExecutorService/GetRun',
+                request_serializer=proto_dot_ax_dot_v1_dot_ax__pb2.GetRunRequest.SerializeToString,
+                response_deserializer=proto_dot_ax_dot_v1_dot_ax__pb2.GetRunReply.FromString,
+                _registered_method=True)
 
 
 class ExecutorServiceServicer:
@@ -565,6 +570,14 @@ class ExecutorServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetRun(self, request, context):
+        """The run of the attempt that holds `fence` (what its Claim answered), for a process
+        that runs it elsewhere, e.g. a Kubernetes Job's container. Changes nothing.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ExecutorServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -602,6 +615,11 @@ def add_ExecutorServiceServicer_to_server(servicer, server):
                     servicer.EffectGet,
                     request_deserializer=proto_dot_ax_dot_v1_dot_ax__pb2.EffectGetRequest.FromString,
                     response_serializer=proto_dot_ax_dot_v1_dot_ax__pb2.EffectRecord.SerializeToString,
+            ),
+            'GetRun': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetRun,
+                    request_deserializer=proto_dot_ax_dot_v1_dot_ax__pb2.GetRunRequest.FromString,
+                    response_serializer=proto_dot_ax_dot_v1_dot_ax__pb2.GetRunReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -795,6 +813,33 @@ class ExecutorService:
             '/ax.v1.ExecutorService/EffectGet',
             proto_dot_ax_dot_v1_dot_ax__pb2.EffectGetRequest.SerializeToString,
             proto_dot_ax_dot_v1_dot_ax__pb2.EffectRecord.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetRun(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ax.v1.ExecutorService/GetRun',
+            proto_dot_ax_dot_v1_dot_ax__pb2.GetRunRequest.SerializeToString,
+            proto_dot_ax_dot_v1_dot_ax__pb2.GetRunReply.FromString,
             options,
             channel_credentials,
             insecure,

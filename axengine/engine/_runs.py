@@ -1,0 +1,74 @@
+"""What an attempt runs: the :class:`ClaimResult` of a claim, built in one place.
+
+A claim and a ``GetRun`` (a Kubernetes Job's container fetching the run its executor
+claimed) answer the same thing — the :class:`~executors.contract.NodeRequest` of the
+attempt that holds the node, with its timeout, lease and the task's facts — so both go
+through :func:`claimed`, and the two answers cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from axengine.dag import Node
+from axengine.records import Snapshot, TaskRecord
+from executors.contract import NodeRequest
+
+__all__ = ["ClaimResult", "claimed"]
+
+#: Fields of a node that are not part of what its handler runs on: edges are the
+#: engine's, the input template is replaced by the rendered input.
+_NOT_CONFIG = frozenset({"next", "input"})
+
+
+@dataclass(frozen=True)
+class ClaimResult:
+    """Answer to a claim (and, with ``result == "claimed"``, to a ``GetRun``).
+
+    Attributes:
+        result: ``claimed``, ``not-claimable`` or ``dead``.
+        request: What to run (when claimed), with the fence this attempt holds.
+        timeout: Seconds this attempt may run.
+        lease_until: Lease expiry granted by the claim (for a ``GetRun``: as stored).
+        retry_after: When not claimable because of backoff or a live lease: seconds
+            until it may be claimable.
+        reason: Why it is not claimable (``backoff``, ``leased``, the node state).
+        submitted_by: Who submitted the task (``local`` for the embedded engine).
+        dag_hash: Content hash of the task's DAG (a Kubernetes Job is labelled with it).
+    """
+
+    result: str
+    request: NodeRequest | None = None
+    timeout: float = 0.0
+    lease_until: float = 0.0
+    retry_after: float = 0.0
+    reason: str = ""
+    submitted_by: str = ""
+    dag_hash: str = ""
+
+
+def claimed(task: TaskRecord, node: Node, snap: Snapshot, params: Mapping[str, Any] | None
+            ) -> ClaimResult:
+    """The ``claimed`` answer for the attempt ``snap`` records (its fence and attempt).
+
+    Args:
+        task: The task record (labels, submitter, DAG hash).
+        node: The node as the DAG declares it.
+        snap: The node's snapshot, RUNNING under the attempt's fence.
+        params: The rendered input as stored (``{"input": …, "prompt": …}``), blob
+            already resolved; None when the node has none.
+    """
+    params = params or {}
+    config = {k: v for k, v in node.canonical().items() if k not in _NOT_CONFIG}
+    if "prompt" in params:
+        config["prompt"] = params["prompt"]
+    request = NodeRequest(
+        task_id=task.task_id, node_id=node.id, node_type=node.type, attempt=snap.attempt,
+        fence=snap.fence, config=config, input=params.get("input"),
+        labels=dict(task.labels), input_revision=snap.input_revision,
+    )
+    return ClaimResult("claimed", request=request, timeout=node.timeout,
+                       lease_until=snap.lease_until, submitted_by=task.submitted_by,
+                       dag_hash=task.dag_hash)
