@@ -200,6 +200,7 @@ class Topology:
         reconcile_interval: float = 0.5,
         api_env: Mapping[str, str] | None = None,
         api_args: Sequence[str] = (),
+        grpc_host: str = "127.0.0.1",
     ) -> None:
         self._own_root = root is None
         self.root = Path(tempfile.mkdtemp(prefix="ax-topology-")) if root is None else root
@@ -214,6 +215,9 @@ class Topology:
         self.reconcile_interval = reconcile_interval
         self.api_env = dict(api_env or {})
         self.api_args = list(api_args)
+        # Where the API's gRPC listener binds: loopback, unless pods of a real cluster
+        # must reach it (tests/k8s/test_financial_through_jobs.py).
+        self.grpc_host = grpc_host
         self.etcd: Server | None = None
         self.redis: Server | None = None
         self.api: Proc | None = None
@@ -351,7 +355,7 @@ class Topology:
                 "--store", self.store_url, "--queue", self.queue_url,
                 "--tokens", str(self.root / "tokens.yaml"),
                 "--http", f"127.0.0.1:{self.http_port}",
-                "--grpc", f"127.0.0.1:{self.grpc_port}",
+                "--grpc", f"{self.grpc_host}:{self.grpc_port}",
                 "--blobs", str(self.blob_dir),
                 "--reconcile-interval", str(self.reconcile_interval), *self.api_args]
 

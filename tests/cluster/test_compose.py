@@ -189,7 +189,8 @@ def test_dockerfile_copies_what_exists_and_installs_the_ax_command() -> None:
     for source in sources:
         assert (REPO / source).exists(), source
     assert {"axengine", "executors", "proto", "pyproject.toml"} <= set(sources)
-    assert "pip install ." in text
+    # With the kubernetes extra: the executor's kubernetes runner needs lightkube.
+    assert 'pip install ".[kubernetes]"' in text
     assert re.search(r"^USER ax$", text, re.MULTILINE), "runs unprivileged"
     assert 'ax = "axengine.cli:main"' in (REPO / "pyproject.toml").read_text()
     exposed = {int(p) for p in re.findall(r"^EXPOSE (.+)$", text, re.MULTILINE)[0].split()}

@@ -82,6 +82,7 @@ METHODS = (
     "/ax.v1.ExecutorService/EffectBegin",
     "/ax.v1.ExecutorService/EffectDone",
     "/ax.v1.ExecutorService/EffectGet",
+    "/ax.v1.ExecutorService/GetRun",
 )
 
 
@@ -284,7 +285,7 @@ ALLOWED_WHO = {
     "SubmitTask": ("admin", "submitter", "submitter2"), "ValidateDag": ("submitter", "admin"),
     "Decide": ("approver", "admin"), "CancelTask": ("admin",), "RetryTask": ("admin",),
     **{m: ("executor",) for m in ("Claim", "Heartbeat", "Progress", "Complete",
-                                  "EffectBegin", "EffectDone", "EffectGet")},
+                                  "EffectBegin", "EffectDone", "EffectGet", "GetRun")},
 }
 
 
@@ -348,6 +349,8 @@ _NOTHING_CHANGED = {
     "Complete": ("result", {pb.COMPLETE_RESULT_STALE, pb.COMPLETE_RESULT_ALREADY_DONE}),
     "EffectBegin": ("lease", {pb.LEASE_RESULT_STALE}),
     "EffectDone": ("lease", {pb.LEASE_RESULT_STALE}),
+    # GetRun changes nothing whatever it answers.
+    "GetRun": ("result", {pb.LEASE_RESULT_OK, pb.LEASE_RESULT_STALE}),
 }
 
 
