@@ -139,7 +139,8 @@ def cmd_executor(args: argparse.Namespace) -> int:
     except AxError as exc:
         return fail(str(exc), EXIT_FAILED)
     assert report is not None
-    print(f"ax executor: worker {report.worker_id} stopped "
-          f"({'graceful' if report.graceful else 'handed back ' + str(len(report.handed_back))})",
-          flush=True)
+    how = "graceful" if report.graceful else f"handed back {len(report.handed_back)}"
+    if report.released:
+        how += f", left {len(report.released)} running"
+    print(f"ax executor: worker {report.worker_id} stopped ({how})", flush=True)
     return EXIT_OK

@@ -260,6 +260,9 @@ class KubernetesRunner:
     """
 
     name = KUBERNETES
+    #: A Job keeps its own lease and commits through the API: an executor that shuts
+    #: down leaves it running (no work lost in a rolling restart).
+    detached = True
 
     @classmethod
     def from_options(cls, options: KubeOptions) -> KubernetesRunner:
@@ -492,6 +495,9 @@ class KubernetesRunner:
         if fact is not None and fact.kind == "complete":
             # Committed by the pod: that stands, whatever stopped meanwhile.
             return await self._outcome(fact, flight, request, ctx, started, timeout)
+        if fact is None and ctx.released and not ctx.cancelled:
+            # The executor is leaving: the Job keeps its lease and commits by itself.
+            return Reported("released")
         if fact is not None and not ctx.cancelled and await self._fence_lost(request, fact):
             # The pod, or the engine, knew before this executor's next heartbeat did.
             ctx.mark_stale()

@@ -247,6 +247,7 @@ class SubprocessRunner:
     """
 
     name = SUBPROCESS
+    detached = False
 
     def __init__(self, settings: SubprocessSettings | None = None, *,
                  environ: Mapping[str, str] | None = None) -> None:

@@ -114,6 +114,7 @@ class RunContext:
         self._cancel = threading.Event()
         self._stopped = asyncio.Event()
         self.stale = False
+        self.released = False
         self.clock = clock
         self._last_beat = clock.monotonic()
 
@@ -129,6 +130,13 @@ class RunContext:
         self.stale = True
         self.cancel()
 
+    def release(self) -> None:
+        """The executor leaves (shutdown) and the run goes on without it: a detached
+        runner stops following it and leaves it running (a Kubernetes Job heartbeats and
+        commits through the API by itself). Nothing is cancelled."""
+        self.released = True
+        self.loop.call_soon_threadsafe(self._stopped.set)
+
     def fenced_out(self, message: str) -> FencedOut:
         """Mark the run stale and return the error an outbox call raises."""
         self.mark_stale()
@@ -139,7 +147,7 @@ class RunContext:
         return self._cancel.is_set()
 
     async def wait_stopped(self) -> None:
-        """Until the run is cancelled or fenced out (in the worker's loop)."""
+        """Until the run is cancelled, fenced out or released (in the worker's loop)."""
         await self._stopped.wait()
 
     @property

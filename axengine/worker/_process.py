@@ -77,12 +77,16 @@ class ShutdownReport:
         handed_back: ``(task_id, node_id, answer)`` of each node handed back, with the
             engine's answer to the hand-back (``committed``: back to WAITING; ``stale``:
             its own result or another worker got there first).
+        released: ``(task_id, node_id)`` of each run left to go on without this
+            executor (a detached runner's, e.g. a Kubernetes Job that keeps its own
+            lease and commits through the API).
     """
 
     worker_id: str
     processed: int = 0
     graceful: bool = True
     handed_back: list[tuple[str, str, str]] = field(default_factory=list)
+    released: list[tuple[str, str]] = field(default_factory=list)
 
 
 @dataclass
@@ -91,6 +95,7 @@ class _Flight:
 
     request: NodeRequest
     ctx: RunContext | None = None
+    detached: bool = False
     completing: bool = False
     handed_back: bool = False
 
@@ -129,7 +134,7 @@ class _Tracking:
         if answer == "stale":
             log.warning("heartbeat %s/%s fence=%d: stale (fenced out; stopping the run)",
                         task_id, node_id, fence)
-            self._drop(task_id, node_id, fence)
+            self.forget(task_id, node_id, fence)
         return answer
 
     async def progress(self, task_id: str, node_id: str, *, fence: int, marker: str,
@@ -139,7 +144,7 @@ class _Tracking:
         if answer == "stale":
             log.warning("progress %s/%s fence=%d: stale (fenced out; stopping the run)",
                         task_id, node_id, fence)
-            self._drop(task_id, node_id, fence)
+            self.forget(task_id, node_id, fence)
         return answer
 
     async def complete(self, task_id: str, node_id: str, *, fence: int,
@@ -153,7 +158,7 @@ class _Tracking:
             if flight is not None:
                 flight.completing = False
             raise
-        self._drop(task_id, node_id, fence)
+        self.forget(task_id, node_id, fence)
         if self.observe is not None:
             self.observe(task_id, node_id, answer)
         log.log(logging.WARNING if answer == "stale" else logging.INFO,
@@ -161,7 +166,7 @@ class _Tracking:
                 type(outcome).__name__, answer)
         return answer
 
-    def _drop(self, task_id: str, node_id: str, fence: int) -> None:
+    def forget(self, task_id: str, node_id: str, fence: int) -> None:
         flight = self.flights.get((task_id, node_id))
         if flight is not None and flight.request.fence == fence:
             del self.flights[(task_id, node_id)]
@@ -173,7 +178,7 @@ class _Tracking:
         if answer == "stale":
             log.warning("effect_begin %s %s/%s fence=%d: stale (fenced out; the effect is "
                         "not performed)", key, task_id, node_id, fence)
-            self._drop(task_id, node_id, fence)
+            self.forget(task_id, node_id, fence)
         return answer
 
     async def effect_done(self, key: str, result: Mapping[str, Any], *, task_id: str,
@@ -183,7 +188,7 @@ class _Tracking:
         if answer == "stale":
             log.warning("effect_done %s %s/%s fence=%d: stale (fenced out; the record is "
                         "not marked done)", key, task_id, node_id, fence)
-            self._drop(task_id, node_id, fence)
+            self.forget(task_id, node_id, fence)
         return answer
 
     async def effect_get(self, key: str) -> Any:
@@ -254,7 +259,7 @@ class Executor:
         """``(task_id, node_id)`` claimed and not completed yet, sorted."""
         return sorted(self._flights)
 
-    def _started(self, ctx: RunContext) -> None:
+    def _started(self, ctx: RunContext, runner: Runner) -> None:
         """Told of every run before its runner starts it: the hand-back reaches the run
         through its context, whatever the runner (a thread is told, a process killed,
         a Job deleted). A node handed back before it started never starts."""
@@ -262,12 +267,32 @@ class Executor:
         flight = self._flights.get((req.task_id, req.node_id))
         if flight is not None and flight.request.fence == req.fence:
             flight.ctx = ctx
+            flight.detached = getattr(runner, "detached", False)
             if flight.handed_back:
                 ctx.mark_stale()  # the worker acks without completing
 
+    def _ended(self, ctx: RunContext) -> None:
+        """A run ended without this executor completing it: no longer in flight."""
+        req = ctx.request
+        self._tracking.forget(req.task_id, req.node_id, req.fence)
+
+    def _release_detached(self) -> None:
+        """Leave every run of a detached runner to go on by itself: it keeps its own
+        lease and commits through the API, so a rolling restart of executors costs no
+        work. Its runner stops following it and the worker acks its queue item."""
+        for key in sorted(self._flights):
+            flight = self._flights[key]
+            if flight.ctx is None or not flight.detached or flight.completing:
+                continue
+            flight.ctx.release()
+            del self._flights[key]
+            self.report.released.append(key)
+            log.info("left %s/%s fence=%d running without this executor", *key,
+                     flight.request.fence)
+
     def _new_worker(self) -> Worker:
         return Worker(engine=self._tracking, queue=self.queue, handler=self._handler,
-                      on_run=self._started,
+                      on_run=self._started, on_end=self._ended,
                       worker_id=self.worker_id, concurrency=self.concurrency,
                       lease_seconds=self.lease_seconds, settings=self.settings,
                       lanes=self.lanes, poll_timeout=self.poll_timeout, clock=self.clock,
@@ -340,6 +365,7 @@ class Executor:
         try:
             await asyncio.wait({serving, stopping}, return_when=asyncio.FIRST_COMPLETED)
             if not serving.done():
+                self._release_detached()
                 log.info("worker %s: stopping; %d node(s) in flight get %.1fs to finish",
                          self.worker_id, len(self._flights), self.grace_seconds)
                 hurrying = asyncio.create_task(hurry.wait())

@@ -57,6 +57,10 @@ class Runner(Protocol):
     """Runs one claimed node to its outcome (see the module docstring)."""
 
     name: str
+    #: True when a run goes on without its executor (it keeps its own lease and
+    #: commits through the API): at shutdown the executor releases such runs
+    #: (``ctx.release()``) instead of handing them back.
+    detached: bool
 
     async def run(self, request: NodeRequest, ctx: RunContext, *,
                   timeout: float) -> Outcome | Reported:
@@ -119,6 +123,7 @@ class ThreadRunner:
     """
 
     name = THREAD
+    detached = False
 
     def __init__(self, handler: Handler, *, concurrency: int = 4) -> None:
         self.handler = handler

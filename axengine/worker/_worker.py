@@ -119,8 +119,10 @@ class Worker:
         runners: Runners besides ``thread`` (which runs ``handler`` in this process),
             by name.
         runner: The runner of nodes that do not name one.
-        on_run: Told of each run's context before its runner starts it (the executor
-            reaches runs through it to hand them back).
+        on_run: Told of each run's context and runner before the runner starts it (the
+            executor reaches runs through it to hand them back or release them).
+        on_end: Told of a run that ends without this worker completing it (fenced out,
+            or its outcome reported by the run itself).
     """
 
     def __init__(
@@ -138,10 +140,12 @@ class Worker:
         clock: Clock = SYSTEM,
         runners: Mapping[str, Runner] | None = None,
         runner: str = THREAD,
-        on_run: Callable[[RunContext], None] | None = None,
+        on_run: Callable[[RunContext, Runner], None] | None = None,
+        on_end: Callable[[RunContext], None] | None = None,
     ) -> None:
         self.engine = engine
         self.on_run = on_run
+        self.on_end = on_end
         self.queue = queue
         self.handler = handler
         self.worker_id = worker_id or host_pid_owner("w")
@@ -218,14 +222,16 @@ class Worker:
             outcome = await self._run(request, ctx, claim.timeout)
         finally:
             await self.ramp.release(dependency, outcome)
-        if ctx.stale:
+        if ctx.stale or isinstance(outcome, Reported):
+            # Fenced out: nothing to commit. Reported: the run committed its own
+            # outcome through the API under its fence (or goes on without us).
+            if self.on_end is not None:
+                self.on_end(ctx)
             await self.queue.ack(self.worker_id, item)
+            if isinstance(outcome, Reported) and not ctx.stale:
+                self.processed += 1
+                return outcome.answer
             return "stale"
-        if isinstance(outcome, Reported):
-            # The run committed its own outcome through the API under its fence.
-            await self.queue.ack(self.worker_id, item)
-            self.processed += 1
-            return outcome.answer
         faults.point("before-complete")
         answer = await self.engine.complete(item.task_id, item.node_id, fence=request.fence,
                                             outcome=outcome)
@@ -241,7 +247,7 @@ class Worker:
         if isinstance(runner, Failure):
             return runner
         if self.on_run is not None:
-            self.on_run(ctx)
+            self.on_run(ctx, runner)
         if ctx.cancelled:
             return stopped(ctx)  # stopped before it started: it never starts
         beats = asyncio.create_task(self._heartbeats(ctx))

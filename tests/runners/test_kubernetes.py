@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
+import signal
 import subprocess
 import sys
 import time
@@ -225,6 +227,36 @@ def test_executor_sigkill_while_its_jobs_run(cluster: KubeTopology, client: Any,
                     f"committed {took:.1f}s later: 1 Job, 1 commit, 1 email per node, "
                     f"{found.lease_expiries} lease expiries, {found.claims} claims for 4 "
                     "nodes, queue empty")
+
+
+def test_executor_sigterm_leaves_its_jobs_running(cluster: KubeTopology, client: Any,
+                                                  record_property: Any) -> None:
+    """A rolling restart: SIGTERM stops the executor at once, without waiting its grace
+    or deleting Jobs; the pods commit by themselves; nothing runs twice."""
+    task = client.submit(MAIL_DAG.format(latency=4), {"n": 20}).task_id
+    pod = cluster.running_pod(task, "mail")
+    executor = cluster.executor
+    stopping = time.monotonic()
+    code = executor.stop(signal.SIGTERM)
+    stopped_in = time.monotonic() - stopping
+    assert code == 0, executor.output()[-2000:]
+    output = executor.output()
+    # The mail Job, and perhaps the prepare Job whose commit it was reading.
+    assert re.search(r"stopped \(graceful, left [12] running\)", output), output[-2000:]
+    # The Job was not deleted and its pod goes on: it commits with the first fence.
+    assert not cluster.deletes({r.name for r in cluster.jobs_created(task)})
+    try:
+        result = client.wait(task, timeout=25)
+    finally:
+        cluster.topology.start_executor(0)
+    assert result.status == "SUCCEEDED"
+    mail = client.get(task)["nodes"]["mail"]
+    assert (mail["attempt"], mail["fence"]) == (1, 1)
+    assert emails(cluster, task) == 1
+    assert cluster.kube.process(pod).exit_code == 0
+    record_property("summary", f"executor SIGTERMed with a 4 s mail Job running: stopped in "
+                    f"{stopped_in:.1f}s (grace {cluster.topology.grace:g}s not waited), Job "
+                    f"not deleted, its pod committed (attempt 1, fence 1), 1 email")
 
 
 def test_a_pod_killed_137_fails_the_attempt_and_the_retry_succeeds(
