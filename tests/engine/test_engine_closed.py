@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import threading
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -271,6 +272,9 @@ def test_a_handler_fenced_out_mid_run_is_stopped_before_sending(
     ``effect.begin()`` raises, nothing is sent, and the worker discards the run."""
     engine, _ = racing
     seen: dict[str, Any] = {}
+    # The worker stops waiting for a fenced-out handler at once (it abandons the
+    # thread); the test waits for the thread itself before looking at what it saw.
+    handler_done = threading.Event()
 
     async def main() -> str:
         task = (await engine.submit(ONE, {})).task_id
@@ -288,8 +292,11 @@ def test_a_handler_fenced_out_mid_run_is_stopped_before_sending(
                 seen["refused"] = str(exc)
                 seen["cancelled"] = ctx.cancelled
                 raise
-            seen["sent"] = True
-            return Success("sent")
+            else:
+                seen["sent"] = True
+                return Success("sent")
+            finally:
+                handler_done.set()
 
         worker = Worker(engine=engine, queue=engine.queue, handler=handler,
                         worker_id="w1", lease_seconds=30)
@@ -302,6 +309,7 @@ def test_a_handler_fenced_out_mid_run_is_stopped_before_sending(
             seen["snapshot"] = await engine.snapshot(task, "send")
 
     assert run(main()) == "stale"
+    assert handler_done.wait(10)
     assert "sent" not in seen and "stale" in seen["refused"] and seen["cancelled"]
     assert seen["record"] is None
     assert seen["snapshot"].owner == "w2"  # the late run committed nothing
