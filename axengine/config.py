@@ -1,28 +1,35 @@
-"""Settings of an ax process, read from the environment once, here and nowhere else.
+"""What an ax process is built from: an :class:`AxConfig`, read from the settings layer.
 
-| variable        | default                      | meaning                                   |
-|-----------------|------------------------------|-------------------------------------------|
-| ``AX_HOME``     | ``.ax``                      | directory of the embedded store and blobs |
-| ``AX_STORE``    | ``sqlite:///$AX_HOME/ax.db`` | ``sqlite:///path`` or ``etcd://h:2379``   |
-| ``AX_QUEUE``    | ``memory://``                | ``memory://`` or ``redis://h:6379/0``     |
-| ``AX_BLOBS``    | ``$AX_HOME/blobs``           | blob directory (content-addressed)        |
-| ``AX_PREFIX``   | ``/ax``                      | root of every store key                   |
-| ``AX_MAIL_DIR`` | ``$AX_HOME/mail``            | local mailbox when no SMTP is configured  |
-| ``AX_SMTP_URL`` | (unset)                      | ``smtp://host:port`` for real email       |
+The values come from :mod:`axengine.settings` (flags > ``AX_*`` environment >
+``ax.toml`` > defaults; docs/configuration.md). The variables of earlier versions keep
+their meaning:
+
+| variable        | setting               | default                      |
+|-----------------|-----------------------|------------------------------|
+| ``AX_HOME``     | ``home``              | ``.ax``                      |
+| ``AX_STORE``    | ``store``             | ``sqlite:///$AX_HOME/ax.db`` |
+| ``AX_QUEUE``    | ``queue``             | ``memory://``                |
+| ``AX_BLOBS``    | ``blobs``             | ``$AX_HOME/blobs``           |
+| ``AX_PREFIX``   | ``prefix``            | ``/ax``                      |
+| ``AX_MAIL_DIR`` | ``handlers.mail_dir`` | ``$AX_HOME/mail``            |
+| ``AX_SMTP_URL`` | ``handlers.smtp_url`` | (unset: local mailbox)       |
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from axengine.settings import DEFAULT_PREFIX, AxSettings, load_settings
+
 __all__ = ["DEFAULT_PREFIX", "AxConfig"]
 
-#: Default root of every key ax writes to the state store (``AX_PREFIX``).
-DEFAULT_PREFIX = "/ax"
+#: ``AxConfig`` field → setting name, for the overrides ``from_env`` takes as flags.
+_FLAG_NAMES = {"home": "home", "store_url": "store", "queue_url": "queue",
+               "blob_dir": "blobs", "prefix": "prefix", "server": "server",
+               "token_file": "token_file"}
 
 
 @dataclass(frozen=True)
@@ -35,6 +42,10 @@ class AxConfig:
     blob_dir: Path | None = None
     prefix: str = DEFAULT_PREFIX
     handler_settings: Mapping[str, Any] = field(default_factory=dict)
+    #: URL of a remote ``ax api`` (``server``); empty: none.
+    server: str = ""
+    #: File holding the bearer token for ``server``.
+    token_file: Path | None = None
 
     @property
     def resolved_store_url(self) -> str:
@@ -50,25 +61,22 @@ class AxConfig:
         return {"mail_dir": str(self.home / "mail"), **self.handler_settings}
 
     @classmethod
+    def from_settings(cls, settings: AxSettings) -> AxConfig:
+        """The configuration the validated ``settings`` describe."""
+        return cls(home=settings.home, store_url=settings.store, queue_url=settings.queue,
+                   blob_dir=settings.blobs, prefix=settings.prefix,
+                   handler_settings=settings.handler_settings(), server=settings.server,
+                   token_file=settings.token_file)
+
+    @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> AxConfig:
-        """Build from ``AX_*`` variables (see the module docstring), then ``overrides``
-        (None values ignored)."""
-        env = os.environ if env is None else env
-        home = Path(env.get("AX_HOME", ".ax"))
-        if overrides.get("home") is not None:
-            home = Path(overrides["home"])
-        settings: dict[str, Any] = {}
-        if env.get("AX_MAIL_DIR"):
-            settings["mail_dir"] = env["AX_MAIL_DIR"]
-        if env.get("AX_SMTP_URL"):
-            settings["smtp_url"] = env["AX_SMTP_URL"]
-        config = cls(
-            home=home,
-            store_url=env.get("AX_STORE", ""),
-            queue_url=env.get("AX_QUEUE", "memory://"),
-            blob_dir=Path(env["AX_BLOBS"]) if env.get("AX_BLOBS") else None,
-            prefix=env.get("AX_PREFIX", DEFAULT_PREFIX),
-            handler_settings=settings,
-        )
-        extra = {k: v for k, v in overrides.items() if v is not None and k != "home"}
+        """Build from the settings layer: ``overrides`` (flags; None values ignored) >
+        ``AX_*`` variables of ``env`` (default ``os.environ``) > ``ax.toml`` > defaults.
+
+        Raises:
+            SettingsError: A bad ax.toml, variable or override (the message says where).
+        """
+        flags = {_FLAG_NAMES[k]: v for k, v in overrides.items() if k in _FLAG_NAMES}
+        config = cls.from_settings(load_settings(env=env, flags=flags).settings)
+        extra = {k: v for k, v in overrides.items() if v is not None and k not in _FLAG_NAMES}
         return replace(config, **extra) if extra else config

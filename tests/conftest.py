@@ -8,11 +8,20 @@ process, no multi-second fault run.
 from __future__ import annotations
 
 import inspect
+import os
 from collections.abc import Iterator
 
 import pytest
 
 from tests.servers import Server, start_etcd, start_redis
+
+# The suite runs on what it configures itself: a developer's own model key, ax.toml
+# or tool modules must never reach the tests (nor send the simulator's traffic to a
+# real model). Subprocesses the tests start inherit this environment.
+for _name in [n for n in os.environ
+              if n.startswith(("OPENAI_", "AX_LLM", "AX_HANDLERS__", "AX_TOOL_MODULES"))
+              or n in ("AX_CONFIG", "AX_SERVER", "AX_TOKEN", "AX_TOKEN_FILE")]:
+    del os.environ[_name]
 
 #: Fixtures that start real servers or ax processes, by name wherever they are defined:
 #: a test using one, directly or through another fixture, is ``integration``.

@@ -21,6 +21,7 @@ __all__ = [
     "add_home",
     "config_of",
     "fail",
+    "flags_of",
     "format_event",
     "node_table",
     "parse_json_arg",
@@ -40,8 +41,23 @@ def add_home(parser: argparse.ArgumentParser) -> None:
                         help="directory of the embedded store (default: $AX_HOME or .ax)")
 
 
+#: Options that set a setting of the configuration layer, when a command has them.
+_SETTING_FLAGS = ("home", "store", "queue", "blobs", "prefix", "server")
+
+
+def flags_of(args: argparse.Namespace) -> dict[str, Any]:
+    """The settings given as options of this command (``--home``, ``--store``, ...)."""
+    return {name: value for name in _SETTING_FLAGS
+            if (value := getattr(args, name, None)) is not None}
+
+
 def config_of(args: argparse.Namespace) -> AxConfig:
-    return AxConfig.from_env(home=getattr(args, "home", None))
+    """The configuration of this run: the command's options over the settings layer
+    (``AX_*`` environment > ax.toml > defaults)."""
+    flags = flags_of(args)
+    return AxConfig.from_env(
+        home=flags.get("home"), store_url=flags.get("store"), queue_url=flags.get("queue"),
+        blob_dir=flags.get("blobs"), prefix=flags.get("prefix"), server=flags.get("server"))
 
 
 def fail(message: str, code: int = EXIT_USAGE) -> int:
