@@ -4,7 +4,7 @@
   the circuit breakers and the in-memory result cache).
 - :class:`Provider` — the seam to a model: :class:`SimulatedProvider` (deterministic,
   offline, the default) and :class:`OpenAICompatibleProvider` (any ``/chat/completions``
-  endpoint, chosen with the ``llm_provider`` / ``llm_base_url`` settings).
+  endpoint, on the ``openai`` client), chosen per model by :class:`LlmSettings`.
 - :func:`known_models` — the model names a DAG may use.
 
 See ``docs/executors.md`` for settings and the simulated model's knobs.
@@ -13,12 +13,20 @@ See ``docs/executors.md`` for settings and the simulated model's knobs.
 from __future__ import annotations
 
 from executors.llm._cache import ResultCache, cache_key
+from executors.llm._config import (
+    EndpointSettings,
+    LlmConfigError,
+    LlmSettings,
+    Route,
+    llm_settings,
+)
 from executors.llm._handler import (
     DEFAULT_TEMPERATURE,
     HeartbeatingProvider,
     LlmCall,
     MalformedAnswer,
     ProviderFactory,
+    RoutingProvider,
     default_provider,
     parse_completion,
 )
@@ -26,7 +34,7 @@ from executors.llm._health import CircuitBreakers, CircuitState, ModelHealth
 from executors.llm._models import DEFAULT_MODELS, MODELS_ENV, known_models
 from executors.llm._openai import OpenAICompatibleProvider
 from executors.llm._prompt import INPUT_MARKER, compose_prompt
-from executors.llm._provider import Provider, ProviderError, ProviderUnavailable
+from executors.llm._provider import Completion, Provider, ProviderError, ProviderUnavailable
 from executors.llm._simulated import SimulatedProvider, knobs_for_model, merge_knobs
 
 __all__ = [
@@ -36,8 +44,12 @@ __all__ = [
     "MODELS_ENV",
     "CircuitBreakers",
     "CircuitState",
+    "Completion",
+    "EndpointSettings",
     "HeartbeatingProvider",
     "LlmCall",
+    "LlmConfigError",
+    "LlmSettings",
     "MalformedAnswer",
     "ModelHealth",
     "OpenAICompatibleProvider",
@@ -46,6 +58,8 @@ __all__ = [
     "ProviderFactory",
     "ProviderUnavailable",
     "ResultCache",
+    "Route",
+    "RoutingProvider",
     "SimulatedProvider",
     "cache_key",
     "compose_prompt",
@@ -53,6 +67,7 @@ __all__ = [
     "knobs_for_model",
     "known_models",
     "llm_call",
+    "llm_settings",
     "merge_knobs",
     "parse_completion",
 ]

@@ -13,13 +13,16 @@ Per call of one model::
         │                      ── error  ──▶ Failure(retryable as the error says)
     parse the completion       ── JSON asked but not given ──▶ Failure(retryable)
         │
-    Success(JSON value, or {"text": completion})
+    Success(JSON value, or {"text": completion}; object outputs of a provider that
+            counts tokens also carry ``_llm: {model, endpoint, usage}``)
 
 With ``fallback: {model, threshold}`` the fallback model is called first while the
 primary's recent success rate is below ``threshold``, and is tried second when the
 primary is unavailable right now. Model choices show up as progress markers
-(``llm:<model>``, ``llm:fallback ...``) in the node's timeline; the output itself is
-exactly the model's answer, so guards read ``output.revenue_growth`` directly.
+(``llm:<model>``, ``llm:fallback ...``) in the node's timeline; the output is the
+model's answer, so guards read ``output.revenue_growth`` directly. Token usage, when the
+provider reports it, is a progress marker (``llm:<model> usage ...``) and, unless
+``llm.usage_in_output`` is false, the ``_llm`` key of an object output.
 """
 
 from __future__ import annotations
@@ -35,11 +38,12 @@ from typing import Any
 from executors.contract import Failure, NodeContext, NodeRequest, Outcome, Success, Unavailable
 from executors.keepalive import DEFAULT_HEARTBEAT_INTERVAL, Keepalive
 from executors.llm._cache import ResultCache, cache_key
+from executors.llm._config import LlmConfigError, LlmSettings, llm_settings
 from executors.llm._health import CircuitBreakers, ModelHealth
 from executors.llm._models import MODELS_ENV, known_models
 from executors.llm._openai import OpenAICompatibleProvider
 from executors.llm._prompt import asks_for_json, compose_prompt, requested_keys
-from executors.llm._provider import Provider, ProviderError, ProviderUnavailable
+from executors.llm._provider import Completion, Provider, ProviderError, ProviderUnavailable
 from executors.llm._simulated import SimulatedProvider, merge_knobs
 
 __all__ = [
@@ -48,6 +52,7 @@ __all__ = [
     "LlmCall",
     "MalformedAnswer",
     "ProviderFactory",
+    "RoutingProvider",
     "default_provider",
     "parse_completion",
 ]
@@ -89,10 +94,10 @@ class HeartbeatingProvider:
         temperature: float,
         max_tokens: int | None,
         settings: Mapping[str, Any],
-    ) -> str:
+    ) -> str | Completion:
         """See :class:`executors.llm.Provider`."""
         done = threading.Event()
-        box: list[str | BaseException] = []
+        box: list[str | Completion | BaseException] = []
 
         def run() -> None:
             try:
@@ -115,28 +120,60 @@ class HeartbeatingProvider:
         return result
 
 
-def default_provider(request: NodeRequest, ctx: NodeContext) -> Provider:
-    """The provider named by the ``llm_provider`` setting.
+class RoutingProvider:
+    """Sends each model to the provider its route names (see :mod:`executors.llm._config`).
 
-    ``simulated`` (the default) or ``openai`` (chosen implicitly when ``llm_base_url``
-    is set).
+    Args:
+        config: The ``llm`` configuration.
+        simulated: The simulated provider.
+        openai: The OpenAI-compatible provider.
+    """
+
+    def __init__(self, config: LlmSettings, *, simulated: Provider, openai: Provider) -> None:
+        self._config = config
+        self._providers = {"simulated": simulated, "openai": openai}
+
+    def complete(
+        self,
+        model: str,
+        prompt: str,
+        *,
+        temperature: float,
+        max_tokens: int | None,
+        settings: Mapping[str, Any],
+    ) -> str | Completion:
+        """See :class:`executors.llm.Provider`."""
+        try:
+            kind = self._config.route(model).provider
+        except LlmConfigError as exc:
+            raise ProviderError(str(exc), retryable=False) from None
+        return self._providers[kind].complete(
+            model, prompt, temperature=temperature, max_tokens=max_tokens, settings=settings
+        )
+
+
+def default_provider(request: NodeRequest, ctx: NodeContext) -> Provider:
+    """The provider of each model as the ``llm`` configuration routes it.
+
+    ``simulated`` (offline, the default when no endpoint, base URL or key is configured)
+    or ``openai`` (any OpenAI-compatible endpoint).
 
     Raises:
-        ProviderError: Unknown provider name (not retryable).
+        ProviderError: The ``llm`` configuration is invalid (not retryable).
     """
     settings = ctx.settings
+    try:
+        config = llm_settings(settings)
+    except LlmConfigError as exc:
+        raise ProviderError(str(exc), retryable=False) from None
     keepalive = Keepalive(
         ctx, interval=float(settings.get("heartbeat_interval", DEFAULT_HEARTBEAT_INTERVAL))
     )
-    implicit = "openai" if settings.get("llm_base_url") else "simulated"
-    kind = settings.get("llm_provider") or implicit
-    if kind == "simulated":
-        knobs = merge_knobs(settings.get("simulate"), request.config.get("simulate"))
-        return SimulatedProvider(knobs=knobs, attempt=request.attempt, keepalive=keepalive)
-    if kind == "openai":
-        return HeartbeatingProvider(OpenAICompatibleProvider(), keepalive)
-    raise ProviderError(
-        f"unknown llm_provider setting {kind!r}: use 'simulated' or 'openai'", retryable=False
+    knobs = merge_knobs(settings.get("simulate"), request.config.get("simulate"))
+    return RoutingProvider(
+        config,
+        simulated=SimulatedProvider(knobs=knobs, attempt=request.attempt, keepalive=keepalive),
+        openai=HeartbeatingProvider(OpenAICompatibleProvider(config=config), keepalive),
     )
 
 
@@ -233,9 +270,10 @@ class LlmCall:
     def __call__(self, request: NodeRequest, ctx: NodeContext) -> Outcome:
         """Run one ``llm_call`` attempt."""
         try:
-            call = _validate(request)
+            config = llm_settings(ctx.settings)
+            call = _validate(request, known_models(config))
             provider = self._provider_factory(request, ctx)
-        except _ConfigError as exc:
+        except (_ConfigError, LlmConfigError) as exc:
             return Failure(f"node {request.node_id!r}: {exc}", retryable=False)
         except ProviderError as exc:
             return Failure(f"node {request.node_id!r}: {exc.message}", retryable=exc.retryable)
@@ -244,7 +282,7 @@ class LlmCall:
             return Failure(_STOPPED, retryable=True, details={"stopped": True})
         outages: list[str] = []
         for i, model in enumerate(order):
-            outcome = self._call_model(model, call, provider, ctx)
+            outcome = self._call_model(model, call, provider, ctx, config)
             if isinstance(outcome, Unavailable) and i + 1 < len(order):
                 outages.append(outcome.evidence)
                 marker = f"llm:fallback {order[i + 1]} (model {model} unavailable)"
@@ -272,7 +310,8 @@ class LlmCall:
         return [call.primary, call.fallback], None
 
     def _call_model(
-        self, model: str, call: _Call, provider: Provider, ctx: NodeContext
+        self, model: str, call: _Call, provider: Provider, ctx: NodeContext,
+        config: LlmSettings,
     ) -> Outcome:
         settings = ctx.settings
         cache_dir = settings.get("llm_cache_dir")
@@ -297,7 +336,7 @@ class LlmCall:
             self.circuits.release(model)
             return Failure(_STOPPED, retryable=True, details={"stopped": True})
         try:
-            completion = provider.complete(
+            answer = provider.complete(
                 model, call.prompt, temperature=call.temperature, max_tokens=call.max_tokens,
                 settings=settings,
             )
@@ -317,6 +356,12 @@ class LlmCall:
                 self.health.record(model, False)
             return Failure(exc.message, retryable=exc.retryable, details={"model": model})
         self.circuits.success(model)
+        if isinstance(answer, Completion):
+            completion, usage, endpoint = answer.text, answer.usage, answer.endpoint
+        else:
+            completion, usage, endpoint = answer, None, ""
+        if usage is not None:
+            ctx.progress(_usage_marker(model, usage)[:_MARKER_LIMIT])
         try:
             output = parse_completion(completion, wants_json=call.wants_json, keys=call.keys)
         except MalformedAnswer as exc:
@@ -329,19 +374,26 @@ class LlmCall:
         self.health.record(model, True)
         if key is not None:
             self.cache.put(key, completion, cache_dir, model=model)
+        if usage is not None and config.usage_in_output and isinstance(output, dict):
+            output = {**output, "_llm": {"model": model, "endpoint": endpoint,
+                                         "usage": dict(usage)}}
         return Success(output)
 
 
-def _validate(request: NodeRequest) -> _Call:
+def _usage_marker(model: str, usage: Mapping[str, int]) -> str:
+    counts = " ".join(f"{name}={usage[name]}" for name in sorted(usage))
+    return f"llm:{model} usage {counts}"
+
+
+def _validate(request: NodeRequest, models: frozenset[str]) -> _Call:
     cfg = request.config
-    models = known_models()
     primary = cfg.get("model")
     if not isinstance(primary, str) or not primary:
         raise _ConfigError("llm_call needs a 'model'")
     if primary not in models:
         raise _ConfigError(
-            f"model {primary!r} is not configured: use one of {sorted(models)} or add it to "
-            f"${MODELS_ENV}"
+            f"model {primary!r} is not configured: use one of {sorted(models)}, or list it "
+            f"under an endpoint's models in the llm configuration (or ${MODELS_ENV})"
         )
     prompt = cfg.get("prompt")
     if not isinstance(prompt, str) or not prompt.strip():

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import functools
 import os
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from executors.llm._config import LlmSettings
 
 __all__ = ["DEFAULT_MODELS", "MODELS_ENV", "known_models"]
 
@@ -32,10 +36,16 @@ def _env_models() -> frozenset[str]:
     return frozenset(name.strip() for name in raw.split(",") if name.strip())
 
 
-def known_models() -> frozenset[str]:
+def known_models(config: LlmSettings | None = None) -> frozenset[str]:
     """Every model name the ``llm_call`` handler accepts.
 
+    Args:
+        config: The ``llm`` configuration whose ``models`` and endpoints' ``models`` are
+            added (None: none).
+
     Returns:
-        :data:`DEFAULT_MODELS` plus the names listed in ``$AX_LLM_MODELS``.
+        :data:`DEFAULT_MODELS` plus the names listed in ``$AX_LLM_MODELS`` and in
+        ``config``.
     """
-    return DEFAULT_MODELS | _env_models()
+    extra = config.model_names() if config is not None else frozenset()
+    return DEFAULT_MODELS | _env_models() | extra

@@ -13,17 +13,38 @@ Error hierarchy (retryability is a property of the error)::
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Protocol
 
-__all__ = ["Provider", "ProviderError", "ProviderUnavailable"]
+__all__ = ["Completion", "Provider", "ProviderError", "ProviderUnavailable"]
+
+
+@dataclass(frozen=True)
+class Completion:
+    """A completion with what the endpoint reported about it.
+
+    Attributes:
+        text: The model's answer.
+        usage: ``prompt_tokens``, ``completion_tokens``, ``total_tokens`` (None: the
+            provider does not count tokens).
+        endpoint: Name of the endpoint that answered.
+    """
+
+    text: str
+    usage: Mapping[str, int] | None = None
+    endpoint: str = ""
 
 
 class ProviderUnavailable(Exception):
-    """The model endpoint is down or refusing work; ``evidence`` says what was seen."""
+    """The model endpoint is down or refusing work; ``evidence`` says what was seen.
 
-    def __init__(self, evidence: str) -> None:
+    ``retry_after`` is the endpoint's ``Retry-After`` in seconds, when it sent one.
+    """
+
+    def __init__(self, evidence: str, *, retry_after: float | None = None) -> None:
         super().__init__(evidence)
         self.evidence = evidence
+        self.retry_after = retry_after
 
 
 class ProviderError(Exception):
@@ -51,8 +72,8 @@ class Provider(Protocol):
         temperature: float,
         max_tokens: int | None,
         settings: Mapping[str, Any],
-    ) -> str:
-        """Return the model's completion text.
+    ) -> str | Completion:
+        """Return the model's completion (text, or a :class:`Completion` with usage).
 
         Args:
             model: Model name (one of :func:`executors.llm.known_models`).
