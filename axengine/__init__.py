@@ -9,9 +9,22 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["AsyncClient", "Client", "RunResult", "aresume", "arun", "resume", "run"]
+if TYPE_CHECKING:  # the real types for checkers; at run time these stay lazy (below)
+    from executors.tools import ToolError, tool
+
+__all__ = [
+    "AsyncClient",
+    "Client",
+    "RunResult",
+    "ToolError",
+    "aresume",
+    "arun",
+    "resume",
+    "run",
+    "tool",
+]
 __version__ = "0.1.0"
 
 
@@ -25,6 +38,11 @@ def __getattr__(name: str) -> Any:
         from axengine.wire import RunResult
 
         return RunResult
+    if name in ("tool", "ToolError"):
+        # The one tool registry lives with the handlers (executors never import axengine).
+        from executors import tools
+
+        return getattr(tools, name)
     if name in ("Client", "AsyncClient"):
         from axengine import client
 

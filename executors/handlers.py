@@ -5,6 +5,11 @@ only ``llm_call`` and ``tool_call`` reach an executor. :func:`handle` never rais
 exception inside a handler becomes a :class:`~executors.contract.Failure` (retryable
 unless the exception carries ``retryable = False``), so a worker can always report an
 outcome with its fence.
+
+``tool_call`` looks its tool up in the one tool registry (:mod:`executors.tools`) and
+loads the configured and installed tools (the ``tool_modules`` setting,
+``AX_TOOL_MODULES``, ``ax.tools`` entry points) on first use, so every process that runs
+:func:`handle` — a worker, a node process, a Kubernetes Job — sees the same tools.
 """
 
 from __future__ import annotations
