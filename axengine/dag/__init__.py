@@ -4,12 +4,14 @@
 :class:`Dag` or raise :class:`~axengine.errors.DagError` listing every problem (with
 file:line, node, field, hint and a stable code). ``validate_file`` returns the problems
 instead of raising. ``to_mermaid`` and ``to_dot`` draw a DAG. ``parse_quantity`` reads
-the Kubernetes quantities of a node's ``resources:``. The language itself is described
+the Kubernetes quantities of a node's ``resources:``; ``check_task_input`` checks a task
+input against the DAG's ``input_schema:``. The language itself is described
 in ``docs/dag-language.md``.
 """
 
 from __future__ import annotations
 
+from axengine.dag._input_schema import check_task_input
 from axengine.dag._loader import (
     MAX_DEPTH,
     MAX_DOCUMENT_BYTES,
@@ -50,6 +52,7 @@ __all__ = [
     "Fallback",
     "Node",
     "NodeType",
+    "check_task_input",
     "find_cycles",
     "load_dag",
     "load_dag_mapping",

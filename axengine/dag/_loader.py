@@ -15,6 +15,7 @@ A DAG with any problem raises :class:`~axengine.errors.DagError` listing all of 
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -303,7 +304,19 @@ def _known(names: Collection[str] | None, which: str) -> Collection[str]:
     # Imported lazily: the registry pulls in every tool and model handler.
     from executors import registry
 
-    return registry.tool_names() if which == "tool" else registry.model_names()
+    # The handlers' settings of this process's configuration (ax.toml, AX_*): the
+    # tool modules and model endpoints it names are known to the validator too.
+    settings = _handler_settings()
+    if which == "tool":
+        return registry.tool_names(settings)
+    return registry.model_names(settings.get("llm"))
+
+
+@functools.cache
+def _handler_settings() -> Mapping[str, Any]:
+    from axengine.config import AxConfig
+
+    return AxConfig.from_env().resolved_handler_settings
 
 
 def _sorted(problems: list[DagProblem]) -> list[DagProblem]:

@@ -231,6 +231,7 @@ class Dag:
         nodes: Nodes by id, in document order.
         description: Free text.
         deadline: Default task deadline in seconds from submission (None: none).
+        input_schema: JSON Schema the task input must match at submit (None: any input).
         source: File the DAG was loaded from (``"<string>"`` for inline documents).
     """
 
@@ -238,6 +239,7 @@ class Dag:
     nodes: Mapping[str, Node]
     description: str | None = None
     deadline: float | None = None
+    input_schema: Mapping[str, Any] | None = None
     source: str = field(default="<string>", compare=False)
 
     def canonical(self) -> dict[str, Any]:
@@ -247,6 +249,9 @@ class Dag:
             out["description"] = self.description
         if self.deadline is not None:
             out["deadline"] = self.deadline
+        if self.input_schema is not None:
+            # Only when set: DAGs without it keep the content hash they always had.
+            out["input_schema"] = self.input_schema
         out["nodes"] = {node_id: node.canonical() for node_id, node in self.nodes.items()}
         return out
 
@@ -275,6 +280,7 @@ class Dag:
             name=data["name"],
             description=data.get("description"),
             deadline=data.get("deadline"),
+            input_schema=data.get("input_schema"),
             nodes={nid: Node.from_canonical(nid, nd) for nid, nd in data["nodes"].items()},
             source=source,
         )

@@ -14,6 +14,7 @@ import re
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
+from axengine.dag._input_schema import schema_problems
 from axengine.dag._model import (
     DEFAULT_RETRY,
     DEFAULT_TIMEOUT,
@@ -40,7 +41,7 @@ MAX_DAG_NODES = 10_000
 _NODE_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}\Z")
 _DAG_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,127}\Z")
 
-_DOC_FIELDS = ("name", "description", "deadline", "nodes")
+_DOC_FIELDS = ("name", "description", "deadline", "input_schema", "nodes")
 _COMMON_FIELDS = (
     "type", "description", "input", "timeout", "retry", "next", "on_failure",
     "stall_timeout", "queue_timeout", "lane",
@@ -267,6 +268,7 @@ class DagBuilder:
                          "(at most 128)")
         description = self._string(tree, "description", None)
         deadline = self._number(tree, "deadline", None)
+        input_schema = self._input_schema(tree)
         raw_nodes = tree.get("nodes")
         nodes: dict[str, Node] = {}
         if "nodes" not in tree:
@@ -293,7 +295,30 @@ class DagBuilder:
                     nid = str(nid)
                 nodes[nid] = self.node(nid, raw, line)
         return Dag(name=name or "", nodes=nodes, description=description, deadline=deadline,
-                   source=self.file)
+                   input_schema=input_schema, source=self.file)
+
+    def _input_schema(self, tree: Mapping[str, Any]) -> dict[str, Any] | None:
+        """``input_schema:`` as plain data, or None (unset, or reported as a problem)."""
+        if "input_schema" not in tree:
+            return None
+        raw = tree["input_schema"]
+        found = schema_problems(raw)
+        for path, message in found:
+            # The line of the deepest key of the path that the document marks.
+            line, value = _key_line(tree, "input_schema"), raw
+            for part in path:
+                if isinstance(value, LineMap) and part in value:
+                    line, value = _key_line(value, part), value[part]
+                elif isinstance(value, LineList) and isinstance(part, int) \
+                        and part < len(value):
+                    line, value = _item_pos(value, part)[0] or line, value[part]
+                else:
+                    break
+            self.problem("bad-schema", message, line, field="input_schema",
+                         hint="input_schema is a JSON Schema (draft 2020-12 unless `$schema` "
+                         "says otherwise), e.g. {type: object, required: [pdf_url], "
+                         "properties: {pdf_url: {type: string}}}")
+        return None if found else _plain(raw)
 
     # -- nodes --------------------------------------------------------------------------
 
@@ -348,7 +373,7 @@ class DagBuilder:
             self._collect_input(nid, "input", raw["input"], _value_pos(raw, "input"))
         prompt = self._string(raw, "prompt", nid)
         if prompt is not None:
-            self._site(nid, "prompt", prompt, _value_pos(raw, "prompt"))
+            self._site(nid, "prompt", prompt, _value_pos(raw, "prompt"), "prompt")
         expression = self._string(raw, "expression", nid)
         if expression is not None and ntype == "condition":
             self._site(nid, "expression", expression, _value_pos(raw, "expression"),
@@ -356,7 +381,8 @@ class DagBuilder:
         description = self._string(raw, "description", nid)
         if description is not None and ntype == "human_gateway":
             # The engine renders a gate's description: approvers see the live values.
-            self._site(nid, "description", description, _value_pos(raw, "description"))
+            self._site(nid, "description", description, _value_pos(raw, "description"),
+                       "prompt")
         on_timeout = self._choice(raw, "on_timeout", nid, ("approve", "reject"))
         four_eyes = raw.get("four_eyes", False)
         if not isinstance(four_eyes, bool):

@@ -37,10 +37,12 @@ MAX_REPORTED_CYCLES = 20
 #: Characters that make a string a template; strings without them render as themselves.
 _TEMPLATE_MARKERS = ("{{", "{%", "{#")
 
-SiteKind = Literal["template", "guard", "expression"]
+SiteKind = Literal["template", "prompt", "guard", "expression"]
+_TEMPLATE_HINT = ("templates are Jinja2 in {{ }}, e.g. \"{{ .input.x }}\"; quote the "
+                  "whole value in YAML")
 _SYNTAX_HINTS: dict[str, str] = {
-    "template": "templates are Jinja2 in {{ }}, e.g. \"{{ .input.x }}\"; quote the "
-    "whole value in YAML",
+    "template": _TEMPLATE_HINT,
+    "prompt": _TEMPLATE_HINT,
     "guard": "a guard is one expression, e.g. \"{{ .output.status == 'success' }}\"",
     "expression": "write `if <expr>: <label>` / `elif <expr>: <label>` lines ending "
     "with `else: <label>`, or one template such as \"{{ .output.kind }}\"",
@@ -61,7 +63,9 @@ class TemplateSite:
             (single-line values and literal ``|`` blocks); folded scalars are not.
         kind: ``expression`` for a condition node's expression (the ``if/elif/else``
             form or one template), ``guard`` for an edge condition (a template, or a
-            bare expression such as ``output.ok``), ``template`` for everything else.
+            bare expression such as ``output.ok``), ``prompt`` for an ``llm_call``'s
+            prompt and a gate's description (they also read ``node.input``),
+            ``template`` for everything else (node inputs).
     """
 
     node: str
@@ -387,7 +391,32 @@ class _Checker:
                     field=site.field,
                     hint=found_problem.hint,
                 )
+            if site.field == "prompt" and node.input is not None:
+                self._check_prompt_input(site)
             self._check_references(site, node)
+
+    def _check_prompt_input(self, site: TemplateSite) -> None:
+        """Refuse ``input`` in the prompt of a node that declares ``input:``.
+
+        Until ``node.input`` existed, such a prompt read ``input`` as the node's own
+        rendered input; ``input`` is now the task input everywhere. Rendering the old
+        form with the new meaning would change what existing DAGs send to the model
+        without a word, so it is refused with the rewrite to make.
+        """
+        line = template.names_read(site.source).get("input")
+        if line is None:
+            return
+        self.problem(
+            "ambiguous-input",
+            "prompt template reads `input` on a node that declares `input:`; in a prompt "
+            "`input` is the task input (as in every template), not this node's input",
+            line=_error_line(site, line),
+            node=site.node,
+            field=site.field,
+            hint="write `node.input` (e.g. {{ .node.input.name }}) for this node's rendered "
+            "input, which is what `input` meant here before; to use the task input, pass "
+            "it through the node's `input:` and read it as node.input too",
+        )
 
     def _check_references(self, site: TemplateSite, node: Node) -> None:
         try:

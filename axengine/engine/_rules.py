@@ -311,16 +311,21 @@ class _Builder:
         ctx = self.context(refs)
         params: dict[str, Any] = {"input": named("input template", template.render_value,
                                                   node.input, ctx)}
+        # `input` is the task input in every template; a prompt and a gate's description
+        # also read the node's own rendered input as `node.input`.
+        own = {**ctx, "node": {"id": node.id, "input": params["input"]}}
         if node.prompt is not None:
-            # A prompt is written against the node's own input when the node declares
-            # one (the seed's inline DAG: `input: {name: Alice}`, prompt `{{ .input.name }}`),
-            # otherwise against the task input.
-            if node.input is not None:
-                ctx = {**ctx, "input": params["input"]}
-            params["prompt"] = named("prompt template", template.render, node.prompt, ctx)
+            prompt_ctx = own
+            if node.input is not None and _legacy_prompt(node.prompt):
+                # Stored before `node.input` existed, when such a prompt read `input` as
+                # the node's input: it keeps that meaning (ax validate refuses the form
+                # now, `ambiguous-input`), so a stored DAG never changes without a word.
+                prompt_ctx = {**own, "input": params["input"]}
+            params["prompt"] = named("prompt template", template.render, node.prompt,
+                                     prompt_ctx)
         if node.type == "human_gateway" and node.description:
             params["description"] = named("description template", template.render,
-                                           node.description, ctx)
+                                           node.description, own)
         return params
 
     def _run_condition(self, node: Node, snap: Snapshot) -> list[str]:
@@ -451,6 +456,14 @@ def plan_claim(view: View, node_id: str, *, worker: str, lease: float, now: floa
     b.plan.result = "claimed"
     b.plan.detail = claimed
     return b.plan
+
+
+def _legacy_prompt(prompt: str) -> bool:
+    """Whether ``prompt`` reads ``input`` (the form ``ambiguous-input`` refuses)."""
+    try:
+        return "input" in template.names_read(prompt)
+    except TemplateError:
+        return False  # rendering it reports the error
 
 
 def _lease_until(task: TaskRecord, now: float, lease: float) -> float:

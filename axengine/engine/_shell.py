@@ -31,7 +31,7 @@ from typing import Any
 from axengine import codec, faults
 from axengine.blobs import DEFAULT_THRESHOLD, DirBlobStore
 from axengine.config import DEFAULT_PREFIX
-from axengine.dag import Dag, Node
+from axengine.dag import Dag, Node, check_task_input
 from axengine.engine import _effects as effects
 from axengine.engine import _rules as rules
 from axengine.engine._budget import require_fit
@@ -313,6 +313,7 @@ class Engine(EngineReads):
         # must fit one store transaction, or the task could never finish.
         input_bytes = check_json_value(input, "task input",
                                        max_bytes=self.config.max_input_bytes)
+        check_task_input(dag.input_schema, input)
         require_fit(dag, self._store.max_txn_ops, labels=len(labels))
         now = self.clock()
         deadline_s = deadline_seconds if deadline_seconds is not None else dag.deadline

@@ -5,8 +5,9 @@ Every template in a DAG (node inputs, prompts, ``next[].condition`` guards and t
 are Jinja2 in an :class:`~jinja2.sandbox.ImmutableSandboxedEnvironment` with
 :class:`~jinja2.StrictUndefined`, tightened further:
 
-* Names: ``input``, ``output`` (guards and expressions), ``nodes.<id>.output``, ``task``
-  and a bounded ``range``. No ``lipsum``/``cycler``/``joiner``/``namespace``/``dict``.
+* Names: ``input`` (the task input), ``output`` (guards and expressions), ``node.input``
+  (prompts and gate descriptions: the node's own rendered input), ``nodes.<id>.output``,
+  ``task`` and a bounded ``range``. No ``lipsum``/``cycler``/``joiner``/``namespace``/``dict``.
 * Attributes and calls are allowlisted per type (a few ``str``/``dict``/``list`` methods,
   ``loop`` helpers, macros); anything starting with ``_``, ``format``/``format_map``,
   ``mro`` and every other callable is refused with :class:`TemplateSecurityError`.
@@ -52,7 +53,7 @@ from axengine.template._budget import MAX_OUTPUT_CHARS, MAX_RANGE, MAX_RENDER_SE
 from axengine.template._expression import evaluate_expression, expression_labels
 from axengine.template._normalize import normalize
 from axengine.template._refs import referenced_nodes
-from axengine.template._static import TemplateKind, TemplateProblem, check_template
+from axengine.template._static import TemplateKind, TemplateProblem, check_template, names_read
 
 __all__ = [
     "MAX_OUTPUT_CHARS",
@@ -66,6 +67,7 @@ __all__ = [
     "evaluate_expression",
     "evaluate_guard",
     "expression_labels",
+    "names_read",
     "normalize",
     "referenced_nodes",
     "render",

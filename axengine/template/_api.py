@@ -138,6 +138,7 @@ def template_context(
     nodes: Mapping[str, Any],
     task: Mapping[str, Any] | None = None,
     output: Any = MISSING,
+    node: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Build the names a template sees.
 
@@ -147,10 +148,12 @@ def template_context(
         task: Task facts (``id``, ``labels``).
         output: This node's output, for guards and condition expressions; leave it
             :data:`MISSING` when rendering a node's input.
+        node: This node (``id`` and its rendered ``input``), for a prompt or a gate's
+            description; None elsewhere.
 
     Returns:
         ``{"input": ..., "nodes": {id: {"output": ...}}, "task": {...}}`` plus
-        ``"output"`` when given.
+        ``"output"`` and ``"node"`` when given.
     """
     names: dict[str, Any] = {
         "input": input,
@@ -159,4 +162,6 @@ def template_context(
     }
     if output is not MISSING:
         names["output"] = output
+    if node is not None:
+        names["node"] = dict(node)
     return names

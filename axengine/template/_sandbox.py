@@ -76,7 +76,14 @@ class _Undefined(StrictUndefined):
         if self._undefined_hint:
             return self._undefined_hint
         if obj is missing:
-            return f"{name!r} is undefined (templates can use input, output, nodes, task)"
+            if name == "output":
+                return ("'output' is undefined here: it exists only in guards and condition "
+                        "expressions (read an earlier node's result as nodes.<id>.output)")
+            if name == "node":
+                return ("'node' is undefined here: it (this node's rendered input) exists "
+                        "only in a prompt and a gate's description")
+            return (f"{name!r} is undefined (templates can use input, nodes, task; output "
+                    "in guards, node in prompts)")
         if isinstance(obj, Mapping):
             keys = [str(k) for k in itertools.islice(obj, 12)]
             shown = ", ".join(keys) + (", ..." if len(obj) > len(keys) else "")

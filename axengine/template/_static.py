@@ -7,8 +7,9 @@ whatever the data is, so that ``ax validate`` and the API reject a hostile DAG w
 file:line instead of failing when its node runs:
 
 * a name nobody defines (only ``input``, ``nodes``, ``task``, ``range()``, ``output`` in
-  guards and condition expressions, and what the template itself defines with
-  ``{% set %}``, ``{% for %}``, ``{% with %}`` and macros) -> ``unknown-name``;
+  guards and condition expressions, ``node`` in prompts and gate descriptions, and what
+  the template itself defines with ``{% set %}``, ``{% for %}``, ``{% with %}`` and
+  macros) -> ``unknown-name``;
 * an attribute or item named with a leading ``_``, also through ``|attr``,
   ``|map(attribute=...)`` and the other attribute-taking filters -> ``unsafe-template``;
 * a call of anything but ``range()``, a macro, ``caller()``, ``loop()`` and the
@@ -49,13 +50,20 @@ from axengine.template._sandbox import (
     _STR_METHODS,
 )
 
-#: Which template a source is: where it is written decides how it is read and what it sees.
-TemplateKind = Literal["template", "guard", "expression"]
+#: Which template a source is: where it is written decides how it is read and what it sees
+#: (``prompt``: an ``llm_call``'s prompt or a gate's description, which also see ``node``).
+TemplateKind = Literal["template", "prompt", "guard", "expression"]
 
 #: Names every template reads from its context, and the sandbox's one global.
 _CONTEXT_NAMES = frozenset({"input", "nodes", "task", "range"})
 #: Guards and condition expressions also read the output being decided on.
 _DECISION_NAMES = _CONTEXT_NAMES | {"output"}
+#: A prompt (or a gate's description) also reads its own node's rendered input.
+_PROMPT_NAMES = _CONTEXT_NAMES | {"node"}
+_ALLOWED: dict[str, frozenset[str]] = {
+    "template": _CONTEXT_NAMES, "prompt": _PROMPT_NAMES,
+    "guard": _DECISION_NAMES, "expression": _DECISION_NAMES,
+}
 #: Methods the sandbox lets a template call (on a str, a mapping, a list or a range, and
 #: ``loop.cycle()``/``loop.changed()``); it checks the owner's type when the call runs.
 _CALLABLE = _STR_METHODS | _MAPPING_METHODS | _SEQUENCE_METHODS | {"cycle", "changed"}
@@ -326,7 +334,7 @@ class _Walker:
                 continue
             # A name the template set, or one of the context's: data, never a function.
             # (A name nobody defines is reported as unknown below.)
-            if name in defined or name in _DECISION_NAMES:
+            if name in defined or name in _DECISION_NAMES | _PROMPT_NAMES:
                 self.report(_UNSAFE, f"calls {name!r}, which is not a macro", line, _CALL_HINT)
         free = tuple((name, line) for name, line in self.loads.items() if name not in defined)
         problems = tuple(self.problems.values())  # in walk order (parents first)
@@ -365,12 +373,19 @@ def _analyse(compiled: _Compiled) -> _Analysis:
 
 
 def _unknown_name(name: str, line: int, kind: TemplateKind) -> TemplateProblem:
-    allowed = _CONTEXT_NAMES if kind == "template" else _DECISION_NAMES
+    allowed = _ALLOWED[kind]
     shown = ", ".join(sorted(n if n != "range" else "range()" for n in allowed))
-    if name == "output" and kind == "template":
+    if name == "output" and "output" not in allowed:
         return TemplateProblem(
             _UNKNOWN, "'output' exists only in guards and condition expressions", line,
             "read an earlier node's result as nodes.<id>.output",
+        )
+    if name == "node" and "node" not in allowed:
+        return TemplateProblem(
+            _UNKNOWN, "'node' (this node's rendered input) exists only in a prompt and a "
+            "gate's description", line,
+            "read the task input as input.<field>, an earlier node's result as "
+            "nodes.<id>.output",
         )
     if name in _FOREIGN_NAMES:
         hint = (f"ax templates have no {name!r}: no Jinja globals, Flask objects or "
@@ -395,6 +410,22 @@ def _analyses(source: str, kind: TemplateKind) -> list[tuple[_Analysis, int]]:
     return []  # plain text renders as itself
 
 
+def names_read(source: str) -> dict[str, int]:
+    """Names ``source`` reads from its context (``input``, ``nodes``...), each with the
+    1-based line that first reads it, from the tree the compiler already parsed; names
+    the template defines itself are not included.
+
+    Raises:
+        TemplateError: ``source`` does not compile (as :func:`compile_template`).
+    """
+    if not _has_markup(source):
+        return {}
+    found: dict[str, int] = {}
+    for name, line in _analyse(_compiled(source)).free:
+        found[name] = min(line, found.get(name, line))
+    return found
+
+
 def check_template(source: str, *, kind: TemplateKind = "template") -> tuple[TemplateProblem, ...]:
     """Check a template statically: names, attributes and calls the sandbox would refuse.
 
@@ -404,8 +435,9 @@ def check_template(source: str, *, kind: TemplateKind = "template") -> tuple[Tem
     Args:
         source: A template, a guard (a template or one bare expression) or a condition
             node's expression (the ``if/elif/else`` form or a template).
-        kind: Which of the three ``source`` is: it decides how ``source`` is read and
-            whether ``output`` exists (guards and expressions only).
+        kind: Which kind of template ``source`` is: it decides how ``source`` is read,
+            whether ``output`` exists (guards and expressions only) and whether ``node``
+            does (``prompt``: a prompt or a gate's description).
 
     Returns:
         The problems, by line (empty when the template is clean).
@@ -414,7 +446,7 @@ def check_template(source: str, *, kind: TemplateKind = "template") -> tuple[Tem
         TemplateError: ``source`` does not compile (as :func:`compile_template`).
         TemplateSecurityError: ``include``, ``import``, ``extends`` or ``autoescape``.
     """
-    allowed = _CONTEXT_NAMES if kind == "template" else _DECISION_NAMES
+    allowed = _ALLOWED[kind]
     found: list[TemplateProblem] = []
     for analysis, base in _analyses(source, kind):
         for name, line in reversed(analysis.free):

@@ -56,7 +56,7 @@ HANDLER_SETTINGS: dict[str, Any] = {"input_root": str(ROOT / "dags" / "inputs"),
 
 SEED_BODY: dict[str, Any] = {"dag": {"nodes": {"hello": {
     "type": "llm_call", "model": "gpt-3.5-turbo",
-    "prompt": "Say hello to user {{ .input.name }}", "input": {"name": "Alice"},
+    "prompt": "Say hello to user {{ .node.input.name }}", "input": {"name": "Alice"},
 }}}}
 
 GATE_YAML = """\

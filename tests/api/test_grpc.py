@@ -19,7 +19,7 @@ nodes:
   hello:
     type: llm_call
     model: gpt-3.5-turbo
-    prompt: "Say hello to user {{ .input.name }}"
+    prompt: "Say hello to user {{ .node.input.name }}"
     input: {name: Alice}
     retry: 2
 """

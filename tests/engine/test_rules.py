@@ -614,7 +614,7 @@ def test_a_condition_is_evaluated_inline_when_its_predecessor_commits() -> None:
         next:
           - {target: big, when: big}
           - {target: small, when: small}
-      big: {type: llm_call, model: sim, input: {name: bob}, prompt: "hi {{ .input.name }}"}
+      big: {type: llm_call, model: sim, input: {name: bob}, prompt: "hi {{ .node.input.name }}"}
       small: {type: tool_call, tool: echo, input: s}
     """)
     plan = world.complete("a", Success({"v": 8}), fence=running(world, "a"), now=at(2))
