@@ -362,8 +362,8 @@ def test_token_is_sent_as_a_bearer_header() -> None:
 
 
 OPERATIONS = ["submit", "get", "events", "result", "task_view", "watch", "wait", "run",
-              "decide", "approve", "reject", "cancel", "retry", "list_tasks", "validate",
-              "ready"]
+              "decide", "approve", "reject", "cancel", "retry", "list_tasks", "list_dags",
+              "list_approvals", "validate", "ready"]
 
 
 @pytest.mark.parametrize("name", OPERATIONS)

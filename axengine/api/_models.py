@@ -18,7 +18,11 @@ from axengine.api import _ops as ops
 from axengine.records import NodeState, TaskStatus
 
 __all__ = [
+    "ApprovalJson",
+    "ApprovalPage",
     "CancelBody",
+    "DagInfoJson",
+    "DagPage",
     "DagReply",
     "DecisionBody",
     "DecisionReply",
@@ -215,6 +219,40 @@ class DagReply(_Strict):
     hash: str
     name: str
     dag: dict[str, Any] = Field(description="the canonical mapping")
+
+
+class DagInfoJson(_Strict):
+    """A stored DAG version, without its nodes (``axengine.api._ops.dag_info_json``)."""
+
+    hash: str
+    name: str
+    nodes: int = Field(description="number of nodes")
+    stored_revision: int = Field(description="store revision that first stored it (orders "
+                                             "versions by first submission)")
+
+
+class DagPage(_Strict):
+    dags: list[DagInfoJson] = Field(description="by hash")
+    next_page_token: str | None = Field(description="null on the last page")
+
+
+class ApprovalJson(_Strict):
+    """A human gate waiting for a decision (``axengine.api._ops.approval_json``)."""
+
+    task_id: str
+    dag_name: str
+    submitted_by: str
+    node_id: str
+    description: str = Field(description="rendered description of the gate")
+    input: Any = Field(description="the input rendered for the approver")
+    waiting_since: float = Field(description="when the gate paused (UNIX seconds)")
+    gate_until: float = Field(description="when the wait expires; 0 = no deadline")
+
+
+class ApprovalPage(_Strict):
+    approvals: list[ApprovalJson] = Field(description="gates of one page of PAUSED tasks, "
+                                                      "newest task first")
+    next_page_token: str | None = Field(description="null on the last page")
 
 
 class HealthReply(_Strict):

@@ -32,6 +32,7 @@ from axengine.engine import (
     TaskStatus,
     fit_problem,
 )
+from axengine.engine._reads import Approval, DagInfo
 from axengine.errors import Conflict, DagError, DagProblem, InputError, NotFound
 from axengine.wire import dag_json, event_json, node_json, task_json
 
@@ -39,7 +40,11 @@ __all__ = [
     "DEFAULT_PAGE",
     "MAX_PAGE",
     "WatchEnd",
+    "approval_json",
+    "approvals_page",
+    "dag_info_json",
     "dag_json",
+    "dags_page",
     "event_json",
     "events_page",
     "follow_events",
@@ -383,6 +388,49 @@ async def follow_events(engine: Engine, task_id: str, *, after_seq: int = 0,
                 pending.cancel()
                 with contextlib.suppress(BaseException):
                     await pending
+
+
+# ---------------------------------------------------------------------------- listings
+
+
+def dag_info_json(info: DagInfo) -> dict[str, Any]:
+    """A stored DAG version as ``GET /v1/dags`` lists it."""
+    return {"hash": info.hash, "name": info.name, "nodes": info.nodes,
+            "stored_revision": info.stored_revision}
+
+
+def approval_json(approval: Approval) -> dict[str, Any]:
+    """A waiting gate as ``GET /v1/approvals`` lists it."""
+    return {"task_id": approval.task.task_id, "dag_name": approval.task.dag_name,
+            "submitted_by": approval.task.submitted_by, "node_id": approval.node_id,
+            "description": approval.description, "input": approval.input,
+            "waiting_since": approval.waiting_since, "gate_until": approval.gate_until}
+
+
+async def dags_page(engine: Engine, *, limit: int = DEFAULT_PAGE, page_token: str = "",
+                    ) -> tuple[list[DagInfo], str | None]:
+    """One page of stored DAG versions by hash; the token is the last hash of the page.
+
+    Raises:
+        InputError: ``limit`` out of range, or a token that is not a hash.
+    """
+    if not 1 <= limit <= MAX_PAGE:
+        raise InputError(f"limit must be between 1 and {MAX_PAGE}")
+    if page_token and not re.fullmatch(r"[0-9a-f]{8,128}", page_token):
+        raise InputError("page_token is not a token GET /v1/dags returned")
+    return await engine.dag_page(limit=limit, after=page_token)
+
+
+async def approvals_page(engine: Engine, *, limit: int = DEFAULT_PAGE, page_token: str = "",
+                         ) -> tuple[list[Approval], str | None]:
+    """The gates waiting in one page of PAUSED tasks (``limit`` counts tasks).
+
+    Raises:
+        InputError: ``limit`` out of range, or a bad token.
+    """
+    if not 1 <= limit <= MAX_PAGE:
+        raise InputError(f"limit must be between 1 and {MAX_PAGE}")
+    return await engine.approvals_page(limit=limit, page_token=page_token)
 
 
 # ---------------------------------------------------------------------------- views

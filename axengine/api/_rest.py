@@ -41,7 +41,9 @@ from axengine.api import _ops as ops
 from axengine.api._auth import ANONYMOUS, Authenticator, Principal
 from axengine.api._errors import error_body, problem_json, status_of
 from axengine.api._models import (
+    ApprovalPage,
     CancelBody,
+    DagPage,
     DagReply,
     DecisionBody,
     DecisionReply,
@@ -588,6 +590,30 @@ def create_app(*, engine: Engine, auth: Authenticator | None, metrics: AxMetrics
         return _json_response(200, {
             "valid": dag is not None, "problems": [problem_json(p) for p in problems],
             "hash": dag.hash if dag else None, "name": dag.name if dag else None})
+
+    @app.get("/v1/dags", tags=["dags"], response_model=DagPage, responses=_ERRORS)
+    async def list_dags(
+        who: Reader,
+        limit: Annotated[int, Query(ge=1, le=ops.MAX_PAGE)] = ops.DEFAULT_PAGE,
+        page_token: Annotated[str, Query(max_length=128)] = "",
+    ) -> Response:
+        """Stored DAG versions by hash, one page at a time (name and node count; get one
+        whole with ``GET /v1/dags/{dag_hash}``)."""
+        dags, token = await ops.dags_page(engine, limit=limit, page_token=page_token)
+        return _json_response(200, {"dags": [ops.dag_info_json(d) for d in dags],
+                                    "next_page_token": token})
+
+    @app.get("/v1/approvals", tags=["gates"], response_model=ApprovalPage, responses=_ERRORS)
+    async def list_approvals(
+        who: Reader,
+        limit: Annotated[int, Query(ge=1, le=ops.MAX_PAGE)] = ops.DEFAULT_PAGE,
+        page_token: Annotated[str, Query(max_length=512)] = "",
+    ) -> Response:
+        """Gates waiting for a decision, across PAUSED tasks (newest first; ``limit``
+        counts tasks), with their rendered input and deadline."""
+        found, token = await ops.approvals_page(engine, limit=limit, page_token=page_token)
+        return _json_response(200, {"approvals": [ops.approval_json(a) for a in found],
+                                    "next_page_token": token})
 
     @app.get("/v1/dags/{dag_hash}", tags=["dags"], response_model=DagReply, responses=_ERRORS)
     async def get_dag(dag_hash: str, who: Reader) -> Response:

@@ -1,28 +1,62 @@
-"""``ax approve|reject TASK NODE``: decide a human gate (who, when and a comment)."""
+"""``ax approve|reject TASK NODE``: decide a human gate (who, when and a comment).
+
+On the local store the decision is recorded ``by`` ``--by`` or your user name; with
+``--server`` the server records the name of the token.
+"""
 
 from __future__ import annotations
 
 import argparse
 import getpass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from axengine.cli._common import EXIT_FAILED, EXIT_OK, add_home, fail
+from axengine.cli._remote import add_remote, remote_of, with_client
 from axengine.cli._runtime import with_engine
-from axengine.errors import Conflict, InputError, NotFound
+from axengine.cli.tasks import refuse_by
+from axengine.errors import AxError, Conflict, InputError, NotFound
+
+if TYPE_CHECKING:
+    from axengine.client import Client
 
 
 def register(sub: Any) -> None:
     for decision in ("approve", "reject"):
         p = sub.add_parser(decision, help=f"{decision} a waiting human gate")
-        p.add_argument("task")
+        p.add_argument("task", help="the task id")
         p.add_argument("node", help="the human_gateway node")
-        p.add_argument("--comment", "-m", default="")
-        p.add_argument("--by", default=None, help="who decides (default: your user name)")
+        p.add_argument("--comment", "-m", default="", help="recorded with the decision")
+        p.add_argument("--by", default=None,
+                       help="who decides (default: your user name; with --server the "
+                       "token's name is recorded)")
         add_home(p)
+        add_remote(p)
         p.set_defaults(func=cmd_decide, decision=decision)
 
 
+def _word(decision: str) -> str:
+    return "approved" if decision == "approve" else "rejected"
+
+
 def cmd_decide(args: argparse.Namespace) -> int:
+    try:
+        remote = remote_of(args)
+        if remote is not None:
+            refuse_by(args)
+    except AxError as exc:
+        return fail(str(exc))
+    word = _word(args.decision)
+    if remote is not None:
+        def op(client: Client) -> int:
+            result = client.decide(args.task, args.node, args.decision, args.comment)
+            if result == "already-done":
+                print(f"{args.node} was already {word}")
+            else:
+                print(f"{args.node} {word} on {remote.url}; the server's executors continue "
+                      f"the task: follow with ax run --resume {args.task}{remote.flags()}")
+            return EXIT_OK
+
+        return with_client(remote, op)
     by = args.by or getpass.getuser()
     try:
         result = with_engine(args, lambda e: e.decide(args.task, args.node,
@@ -30,7 +64,6 @@ def cmd_decide(args: argparse.Namespace) -> int:
                                                        comment=args.comment))
     except (NotFound, InputError, Conflict) as exc:
         return fail(str(exc), EXIT_FAILED)
-    word = "approved" if args.decision == "approve" else "rejected"
     if result == "already-done":
         print(f"{args.node} was already {word}")
     else:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from axengine.cli._common import EXIT_FAILED, EXIT_OK, fail, parse_json_arg
+from axengine.cli.services import LOG_LEVELS, log_level
 from axengine.config import AxConfig
 from axengine.credentials import redact_url
 from axengine.errors import AxError
@@ -66,8 +67,8 @@ def register(sub: Any) -> None:
     p.add_argument("--settings", default=None, metavar="JSON|FILE",
                    help="handler settings merged over the environment's, e.g. "
                    "'{\"simulate\": {\"latency\": 0.2}}' (see docs/executors.md)")
-    p.add_argument("--log-level", default="INFO",
-                   choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+    p.add_argument("--log-level", default="info", type=log_level, metavar="LEVEL",
+                   help=f"{', '.join(LOG_LEVELS)} (any case; default info)")
     p.set_defaults(func=cmd_executor)
 
 
@@ -104,7 +105,7 @@ def kube_options(args: argparse.Namespace) -> Any:
 
 
 def cmd_executor(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=getattr(logging, args.log_level),
+    logging.basicConfig(level=args.log_level.upper(),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
                         stream=sys.stderr)
     try:

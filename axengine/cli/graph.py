@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import Any
 
+from axengine.cli.tasks import pipe_safe
 from axengine.dag import load_dag, to_dot, to_mermaid
 from axengine.errors import DagError
 
@@ -20,14 +22,24 @@ def register(subparsers: Any) -> None:
         description="Print a DAG with edge labels (guards, `when` labels) and node "
         "shapes by type.",
     )
-    parser.add_argument("dag", metavar="DAG", help="the DAG file")
+    parser.add_argument("dag", metavar="DAG",
+                        help="the DAG file (one graph per DAG: not a directory)")
     parser.add_argument("--format", choices=("mermaid", "dot"), default="mermaid",
                         help="mermaid (default) or dot")
-    parser.set_defaults(func=run)
+    parser.set_defaults(func=pipe_safe(run))
 
 
 def run(args: argparse.Namespace) -> int:
     """Print the graph of ``args.dag``; invalid DAGs print their problems to stderr."""
+    path = Path(args.dag)
+    if path.is_dir():
+        found = sorted(p.name for p in path.iterdir()
+                       if p.suffix in (".yaml", ".yml") and p.is_file())
+        listed = ", ".join(found[:5]) + (", …" if len(found) > 5 else "")
+        print(f"ax: error: ax graph draws one DAG per graph and {args.dag} is a directory"
+              + (f" (its DAGs: {listed}); give one file" if found else "")
+              + f"; check them all with: ax validate {args.dag}", file=sys.stderr)
+        return 2
     try:
         dag = load_dag(args.dag)
     except DagError as exc:

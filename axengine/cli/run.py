@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import datetime as dt
+import getpass
 import json
+import os
 import secrets
+import signal
 import sys
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Coroutine, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from axengine.cli._common import (
     EXIT_FAILED,
@@ -20,8 +25,9 @@ from axengine.cli._common import (
     fail,
     format_event,
     node_table,
-    parse_json_arg,
 )
+from axengine.cli._remote import Remote, add_remote, remote_of, with_client
+from axengine.cli.tasks import json_input
 from axengine.credentials import redact_url
 from axengine.engine import Event, TaskRecord, TaskView
 from axengine.errors import AxError, DagError
@@ -29,29 +35,38 @@ from axengine.local import LocalSession, RunResult, load_any_dag
 from axengine.runners import RUNNER_NAMES, THREAD, runner_help
 from axengine.wire import result_json
 
+if TYPE_CHECKING:
+    from axengine.client import Client
+    from axengine.dag import Dag
+
+T = TypeVar("T")
+
+#: Exit code after Ctrl-C (128 + SIGINT, as shells report it).
+EXIT_INTERRUPTED = 130
+
 
 def register(sub: Any) -> None:
     p = sub.add_parser("run", help="run a DAG (embedded engine, durable in --home)",
                        description="Run a DAG end to end on the embedded engine, printing "
                        "each transition. Exit 0 on SUCCEEDED, 1 on FAILED/DEAD/CANCELLED, "
-                       "3 when a human gate waits for a decision.")
+                       "3 when a human gate waits for a decision. Ctrl-C stops (the task "
+                       "can be resumed); a second Ctrl-C aborts at once.")
     p.add_argument("dag", nargs="?", help="DAG file (not needed with --resume)")
     p.add_argument("--input", "-i", help="task input: a JSON file or inline JSON")
     p.add_argument("--resume", metavar="TASK", help="continue an interrupted task")
     p.add_argument("--decide", action="append", default=[], metavar="NODE=approve|reject",
-                   help="decide a gate up front (repeatable)")
+                   help="decide a gate up front (repeatable; NODE must be a human_gateway)")
     p.add_argument("--idempotency-key", default="", help="same key + same input = same task")
-    p.add_argument("--label", action="append", default=[], metavar="K=V")
-    p.add_argument("--concurrency", type=int, default=4)
+    p.add_argument("--label", action="append", default=[], metavar="K=V",
+                   help="label the task (repeatable; ax tasks list finds tasks by them)")
+    p.add_argument("--concurrency", type=int, default=4,
+                   help="nodes the embedded executor runs at once (default 4)")
     p.add_argument("--runner", choices=RUNNER_NAMES, default=THREAD,
                    help=runner_help("the embedded executor"))
     p.add_argument("--quiet", "-q", action="store_true", help="no live progress")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
-    p.add_argument("--server", metavar="URL",
-                   help="run on an ax api server (e.g. http://127.0.0.1:8080) instead of "
-                   "the embedded engine")
-    p.add_argument("--token", default="", help="bearer token for --server")
     add_home(p)
+    add_remote(p)
     p.set_defaults(func=cmd_run)
 
 
@@ -65,6 +80,19 @@ def _pairs(values: Sequence[str], what: str) -> dict[str, str]:
     return out
 
 
+def check_gates(dag: Dag, decide: Mapping[str, str]) -> None:
+    """Every ``--decide`` names a ``human_gateway`` of ``dag``.
+
+    Raises:
+        AxError: One does not (the message lists the DAG's gates).
+    """
+    gates = sorted(n for n, node in dag.nodes.items() if node.type == "human_gateway")
+    for name in sorted(decide):
+        if name not in gates:
+            raise AxError(f"--decide {name}: {dag.name} has no human_gateway node {name!r} "
+                          f"(its gates: {', '.join(gates) or 'none'})")
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     try:
         decide = _pairs(args.decide, "--decide")
@@ -72,14 +100,18 @@ def cmd_run(args: argparse.Namespace) -> int:
             if decision not in ("approve", "reject"):
                 return fail(f"--decide {node}={decision}: use approve or reject")
         labels = _pairs(args.label, "--label")
+        remote = remote_of(args)
         if args.resume:
             dag = None
             task_input = None
+            if args.dag:
+                return fail("give a DAG file or --resume TASK, not both")
         else:
             if not args.dag:
                 return fail("give a DAG file, or --resume TASK")
             dag = load_any_dag(args.dag)
-            task_input = parse_json_arg(args.input, "--input")
+            check_gates(dag, decide)
+            task_input = json_input(args.input, "--input")
             if task_input is None:
                 task_input = {}
     except DagError as exc:
@@ -88,28 +120,96 @@ def cmd_run(args: argparse.Namespace) -> int:
         return fail(f"{args.dag} is not a valid DAG ({len(exc.problems)} problem(s))")
     except AxError as exc:
         return fail(str(exc))
+    if remote is not None:
+        if args.runner != THREAD:
+            return fail("--runner applies to the embedded engine; with --server the "
+                        "server's executors choose where nodes run")
+        return with_client(remote, lambda client: _run_server(
+            args, remote, client, dag, task_input, decide, labels))
+    printer = _Printer(quiet=args.quiet or args.json, t0=time.time())
     try:
-        if args.server:
-            if args.runner != THREAD:
-                return fail("--runner applies to the embedded engine; with --server the "
-                            "server's executors choose where nodes run")
-            return _run_server(args, dag, task_input, decide, labels)
-        return asyncio.run(_run(args, dag, task_input, decide, labels))
+        return _interruptible(_run(args, printer, dag, task_input, decide, labels), printer,
+                              args)
     except AxError as exc:
         return fail(str(exc), EXIT_FAILED)
 
 
-async def _run(args: argparse.Namespace, dag: Any, task_input: Any, decide: dict[str, str],
-               labels: dict[str, str]) -> int:
+#: Printed at the first Ctrl-C, before the graceful stop (which may take a moment).
+STOPPING = "stopping… (Ctrl-C again to abort)"
+
+
+class _Stopped(Exception):
+    """The first Ctrl-C: stop waiting, leave the task to ``ax run --resume``."""
+
+
+def _interruptible(run: Coroutine[Any, Any, int], printer: _Printer,
+                   args: argparse.Namespace) -> int:
+    """Run ``run``; the first SIGINT says so at once and stops gracefully (the session
+    hands running nodes back), a second one exits at once with 130. The store is
+    durable either way: ``ax run --resume`` continues."""
+
+    async def main() -> int:
+        loop = asyncio.get_running_loop()
+        presses = 0
+
+        def on_sigint() -> None:
+            nonlocal presses
+            presses += 1
+            if presses == 1:
+                print(f"\n{STOPPING}", file=sys.stderr, flush=True)
+                printer.stop.set()
+            else:
+                print("aborted", file=sys.stderr, flush=True)
+                os._exit(EXIT_INTERRUPTED)
+
+        # Not on the main thread (tests calling main() from a thread): no handler.
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signal.SIGINT, on_sigint)
+        try:
+            return await run
+        except _Stopped:
+            if printer.task_id:
+                home = f" --home {args.home}" if args.home else ""
+                print(f"stopped; continue with: ax run --resume {printer.task_id}{home}",
+                      file=sys.stderr, flush=True)
+            return EXIT_INTERRUPTED
+        finally:
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.remove_signal_handler(signal.SIGINT)
+
+    return asyncio.run(main())
+
+
+async def _unless_stopped(printer: _Printer, work: Coroutine[Any, Any, T]) -> T:
+    """``work``, unless Ctrl-C comes first (then :class:`_Stopped`). A race rather than
+    cancelling the caller: a cancellation can be lost in ``asyncio.wait_for`` (3.11)."""
+    if printer.stop.is_set():
+        work.close()
+        raise _Stopped
+    job = asyncio.ensure_future(work)
+    stop = asyncio.ensure_future(printer.stop.wait())
+    try:
+        await asyncio.wait({job, stop}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stop.cancel()
+    if not job.done():
+        job.cancel()
+        with contextlib.suppress(BaseException):
+            await job
+        raise _Stopped
+    return job.result()
+
+
+async def _run(args: argparse.Namespace, printer: _Printer, dag: Any, task_input: Any,
+               decide: dict[str, str], labels: dict[str, str]) -> int:
     config = config_of(args)
-    t0 = time.time()
-    printer = _Printer(quiet=args.quiet or args.json, t0=t0)
     async with LocalSession(config, concurrency=args.concurrency,
                             runner=args.runner) as session:
         session.engine.add_listener(printer)
         if args.resume:
             task_id = args.resume
             view = await session.engine.get_task(task_id)
+            check_gates(view.dag, decide)
             printer.say(f"resuming task {task_id} ({view.dag.name}, {view.task.status.value}) "
                         f"from {redact_url(config.resolved_store_url)}")
         else:
@@ -123,16 +223,15 @@ async def _run(args: argparse.Namespace, dag: Any, task_input: Any, decide: dict
                 printer.say(f"idempotency key {args.idempotency_key!r} names task {task_id}")
         printer.task_id = task_id
         on_gate = _prompt_gate if sys.stdin.isatty() and not args.json else None
-        result = await session.wait(task_id, decide=decide, decided_by="cli", on_gate=on_gate)
+        result = await _unless_stopped(printer, session.wait(
+            task_id, decide=decide, decided_by=getpass.getuser(), on_gate=on_gate))
         view = await session.engine.get_task(task_id)
-    return _summary(args, result, view, time.time() - t0)
+    return _summary(args, result, view, time.time() - printer.t0)
 
 
-def _run_server(args: argparse.Namespace, dag: Any, task_input: Any, decide: dict[str, str],
-                labels: dict[str, str]) -> int:
+def _run_server(args: argparse.Namespace, remote: Remote, client: Client, dag: Any,
+                task_input: Any, decide: dict[str, str], labels: dict[str, str]) -> int:
     """``--server``: the same run through an ``ax api`` server (the SDK client)."""
-    from axengine.client import Client
-
     t0 = time.time()
     printer = _Printer(quiet=args.quiet or args.json, t0=t0)
 
@@ -140,19 +239,34 @@ def _run_server(args: argparse.Namespace, dag: Any, task_input: Any, decide: dic
         if not printer.quiet and (event.kind != "progress" or len(event.detail) < 60):
             print(format_event(event, t0), flush=True)
 
-    with Client(args.server, args.token) as client:
-        if args.resume:
-            task_id = args.resume
-            printer.say(f"resuming task {task_id} on {args.server}")
-        else:
-            sub = client.submit(dag, task_input, idempotency_key=args.idempotency_key,
-                                labels=labels)
-            task_id = sub.task_id
-            printer.say(f"task {task_id}: running {dag.name} ({len(dag.nodes)} nodes) on "
-                        f"{args.server}" + ("" if sub.created else " (idempotent repeat)"))
-        result = client.wait(task_id, decide=decide, on_event=show)
-        view = client.task_view(task_id)
-    return _summary(args, result, view, time.time() - t0)
+    if args.resume:
+        task_id = args.resume
+        check_gates(client.task_view(task_id).dag, decide)
+        printer.say(f"resuming task {task_id} on {remote.url}")
+    else:
+        sub = client.submit(dag, task_input, idempotency_key=args.idempotency_key,
+                            labels=labels)
+        task_id = sub.task_id
+        printer.say(f"task {task_id}: running {dag.name} ({len(dag.nodes)} nodes) on "
+                    f"{remote.url}" + ("" if sub.created else " (idempotent repeat)"))
+    ask = sys.stdin.isatty() and not args.json
+    try:
+        while True:
+            result = client.wait(task_id, decide=decide, on_event=show)
+            if result.status != "PAUSED" or not ask:
+                break
+            view = client.task_view(task_id)
+            answers = {gate: _ask_gate(view, gate) for gate in result.waiting}
+            chosen = {gate: a for gate, a in answers.items() if a is not None}
+            if not chosen:
+                break
+            decide = {**decide, **chosen}
+    except KeyboardInterrupt:
+        print(f"\nstopped following; the task goes on on the server: ax run --resume "
+              f"{task_id}{remote.flags()}", file=sys.stderr, flush=True)
+        return EXIT_INTERRUPTED
+    view = client.task_view(task_id)
+    return _summary(args, result, view, time.time() - t0, remote)
 
 
 class _Printer:
@@ -160,6 +274,8 @@ class _Printer:
         self.quiet = quiet
         self.t0 = t0
         self.task_id = ""
+        #: Set by the first Ctrl-C.
+        self.stop = asyncio.Event()
 
     def say(self, text: str) -> None:
         if not self.quiet:
@@ -173,23 +289,77 @@ class _Printer:
                 print(format_event(event, self.t0), flush=True)
 
 
-async def _prompt_gate(view: TaskView, gate: str) -> str | None:
+#: Lines of a gate's input shown at the prompt (the rest: ``ax tasks show --json``).
+PROMPT_INPUT_LINES = 30
+#: Characters of one input line shown at the prompt.
+PROMPT_LINE_CHARS = 160
+_APPROVE = ("a", "approve", "y", "yes")
+_REJECT = ("r", "reject", "n", "no")
+
+
+def _duration(seconds: float) -> str:
+    minutes = int(seconds // 60)
+    days, rest = divmod(minutes, 24 * 60)
+    hours, mins = divmod(rest, 60)
+    return (f"{days}d " if days else "") + f"{hours}h {mins:02d}m"
+
+
+def gate_text(view: TaskView, gate: str, *, now: float) -> str:
+    """What the prompt shows of a waiting gate: description, input as indented JSON
+    (truncated), and the deadline as a local time with the time left."""
     snap = view.snapshots[gate]
-    params = snap.input or {}
-    print(f"\n== gate {gate}: {params.get('description') or view.dag.nodes[gate].description}")
+    params = snap.input if isinstance(snap.input, dict) else {}
+    lines = [f"\n== gate {gate}: "
+             f"{params.get('description') or view.dag.nodes[gate].description}"]
     if params.get("input") is not None:
-        print(f"   input: {json.dumps(params['input'])[:500]}")
-    answer = await asyncio.to_thread(
-        input, "   approve or reject? [a/r, empty = decide later]: ")
-    answer = answer.strip().lower()
-    if answer in ("a", "approve", "y", "yes"):
+        text = json.dumps(params["input"], indent=2, ensure_ascii=False, default=str)
+        shown = text.splitlines()
+        lines.append("   input:")
+        for line in shown[:PROMPT_INPUT_LINES]:
+            cut = line if len(line) <= PROMPT_LINE_CHARS else line[:PROMPT_LINE_CHARS] + "…"
+            lines.append(f"     {cut}")
+        if len(shown) > PROMPT_INPUT_LINES:
+            lines.append(f"     … {len(shown) - PROMPT_INPUT_LINES} more lines (ax tasks "
+                         f"show {view.task.task_id} --json)")
+    if snap.gate_until:
+        when = dt.datetime.fromtimestamp(snap.gate_until).astimezone()
+        left = snap.gate_until - now
+        lines.append(f"   deadline: {when.isoformat(timespec='seconds')} ("
+                     + (f"in {_duration(left)}" if left > 0 else "passed") + ")")
+    return "\n".join(lines)
+
+
+def parse_answer(answer: str) -> str | None:
+    """``approve``, ``reject``, ``""`` (decide later) or None (not an answer: ask again)."""
+    word = answer.strip().lower()
+    if word in _APPROVE:
         return "approve"
-    if answer in ("r", "reject", "n", "no"):
+    if word in _REJECT:
         return "reject"
-    return None
+    return "" if word == "" else None
 
 
-def _summary(args: argparse.Namespace, result: RunResult, view: TaskView, elapsed: float) -> int:
+def _ask_gate(view: TaskView, gate: str) -> str | None:
+    """Ask on the terminal until the answer is approve, reject or empty (later: None)."""
+    print(gate_text(view, gate, now=time.time()), flush=True)
+    while True:
+        try:
+            answer = input("   approve or reject? [a/r, empty = decide later]: ")
+        except EOFError:
+            return None
+        decision = parse_answer(answer)
+        if decision is not None:
+            return decision or None
+        print(f"   {answer.strip()!r} is not an answer: type a (approve), r (reject), or "
+              "press Enter to decide later", flush=True)
+
+
+async def _prompt_gate(view: TaskView, gate: str) -> str | None:
+    return await asyncio.to_thread(_ask_gate, view, gate)
+
+
+def _summary(args: argparse.Namespace, result: RunResult, view: TaskView, elapsed: float,
+             remote: Remote | None = None) -> int:
     if args.json:
         print(json.dumps(result_json(result), indent=2, default=str))
     else:
@@ -199,16 +369,17 @@ def _summary(args: argparse.Namespace, result: RunResult, view: TaskView, elapse
         print("path: " + (" -> ".join(result.path) or "(nothing committed)"))
     if result.status == "SUCCEEDED":
         return EXIT_OK
+    where = remote.flags() if remote else (f" --home {args.home}" if args.home else "")
     if result.status == "PAUSED":
-        home = f" --home {args.home}" if args.home else ""
         for gate in result.waiting:
             print(f"waiting for a decision at gate {gate!r}: run\n"
-                  f"  ax approve {result.task_id} {gate}{home}   (or: ax reject ...)\n"
-                  f"  ax run --resume {result.task_id}{home}", file=sys.stderr)
+                  f"  ax approve {result.task_id} {gate}{where}   (or: ax reject ...)\n"
+                  f"  ax run --resume {result.task_id}{where}", file=sys.stderr)
         return EXIT_PAUSED
     for node, error in result.errors.items():
         if result.states.get(node) in ("FAILED", "DEAD"):
             print(f"{node}: {result.states[node]}: {error}", file=sys.stderr)
     if result.status in ("RUNNING",):
-        print(f"stopped waiting; resume with: ax run --resume {result.task_id}", file=sys.stderr)
+        print(f"stopped waiting; resume with: ax run --resume {result.task_id}{where}",
+              file=sys.stderr)
     return EXIT_FAILED

@@ -2,7 +2,8 @@
 
 ``ax api`` is the scaled-out control plane: state in etcd, work in Redis, executors in
 other processes (``ax executor``) reaching it over gRPC. It refuses to start without a
-tokens file unless ``--insecure-no-auth`` says so explicitly.
+tokens file unless ``--no-auth`` says so explicitly (``--insecure-no-auth``, the old
+spelling, is a hidden alias).
 
 ``ax server`` is the same API with everything in one process for local use: the
 embedded SQLite store in ``--home``, the in-process queue and an in-process executor.
@@ -41,15 +42,41 @@ def _listener(value: str) -> str | None:
     return None if value.lower() in ("off", "none", "") else value
 
 
-def _common(p: argparse.ArgumentParser, *, http: str, grpc: str, interval: float) -> None:
+#: ``--log-level`` values; any case is accepted (``DEBUG`` = ``debug``).
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def log_level(value: str) -> str:
+    """``--log-level``: one of :data:`LOG_LEVELS`, in any case."""
+    if value.lower() not in LOG_LEVELS:
+        raise argparse.ArgumentTypeError(f"unknown log level {value!r} (use one of "
+                                         f"{', '.join(LOG_LEVELS)})")
+    return value.lower()
+
+
+def add_no_auth(p: argparse.ArgumentParser, help_text: str) -> None:
+    """``--no-auth`` (the one spelling); ``--insecure-no-auth`` is its old, hidden alias."""
+    p.add_argument("--no-auth", dest="no_auth", action="store_true", help=help_text)
+    p.add_argument("--insecure-no-auth", dest="no_auth", action="store_true",
+                   help=argparse.SUPPRESS)
+
+
+def _common(p: argparse.ArgumentParser, *, http: str, grpc: str, interval: float,
+            embedded: bool = False) -> None:
     p.add_argument("--http", default=http, metavar="HOST:PORT",
                    help=f"REST listener, port 0 = any free port, 'off' = none (default {http})")
     p.add_argument("--grpc", default=grpc, metavar="HOST:PORT",
                    help=f"gRPC listener, port 0 = any free port, 'off' = none (default {grpc})")
     p.add_argument("--tokens", metavar="FILE",
                    help="bearer tokens and roles (YAML, see deploy/tokens.example.yaml)")
-    p.add_argument("--store", help="etcd://host:2379 or sqlite:///path (default: $AX_STORE)")
-    p.add_argument("--queue", help="redis://host:6379/0 or memory:// (default: $AX_QUEUE)")
+    if embedded:
+        # ax server is the one-process shape: SQLite in --home and the in-process queue.
+        p.add_argument("--store", help="sqlite:///path (default: sqlite:///HOME/ax.db)")
+        p.add_argument("--queue", help=argparse.SUPPRESS)
+    else:
+        p.add_argument("--store",
+                       help="etcd://host:2379 or sqlite:///path (default: $AX_STORE)")
+        p.add_argument("--queue", help="redis://host:6379/0 or memory:// (default: $AX_QUEUE)")
     p.add_argument("--blobs", metavar="DIR", help="blob directory (default: $AX_BLOBS)")
     p.add_argument("--prefix", help="root of every store key (default: $AX_PREFIX or /ax)")
     p.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES,
@@ -77,8 +104,8 @@ def _common(p: argparse.ArgumentParser, *, http: str, grpc: str, interval: float
                    "(otherwise only gates with four_eyes: true)")
     p.add_argument("--allow-insecure-tokens-file", action="store_true",
                    help="accept (with a warning) a tokens file group or others can access")
-    p.add_argument("--log-level", default="warning",
-                   choices=("debug", "info", "warning", "error"))
+    p.add_argument("--log-level", default="warning", type=log_level, metavar="LEVEL",
+                   help=f"{', '.join(LOG_LEVELS)} (any case; default warning)")
     add_home(p)
 
 
@@ -89,17 +116,16 @@ def register(sub: Any) -> None:
         description="Run the stateless API server: REST under /v1 and gRPC, with the "
         "reconciler (one leader across replicas). Executors connect over gRPC.")
     _common(api, http="0.0.0.0:8080", grpc="0.0.0.0:50051", interval=1.0)
-    api.add_argument("--insecure-no-auth", action="store_true",
-                     help="serve without authentication (never on a shared network)")
+    add_no_auth(api, "serve without authentication (never on a shared network)")
     api.set_defaults(func=cmd_api)
 
     server = sub.add_parser(
         "server", help="run API + executor on the embedded store (local use)",
         description="Run the API, an in-process executor and the reconciler in one "
         "process on the embedded store in --home.")
-    _common(server, http="127.0.0.1:8080", grpc="127.0.0.1:50051", interval=0.5)
-    server.add_argument("--no-auth", action="store_true",
-                        help="serve without authentication (loopback addresses only)")
+    _common(server, http="127.0.0.1:8080", grpc="127.0.0.1:50051", interval=0.5,
+            embedded=True)
+    add_no_auth(server, "serve without authentication (loopback addresses only)")
     server.add_argument("--concurrency", type=int, default=4,
                         help="nodes the in-process executor runs at once (default 4)")
     server.add_argument("--runner", choices=RUNNER_NAMES, default=THREAD,
@@ -120,7 +146,8 @@ def _auth(args: argparse.Namespace, no_auth: bool, flag: str) -> Authenticator |
         return load_tokens(args.tokens, allow_insecure=args.allow_insecure_tokens_file)
     if not no_auth:
         raise AxError(f"no --tokens FILE given (see deploy/tokens.example.yaml); pass "
-                      f"{flag} explicitly to serve without authentication")
+                      f"{flag} explicitly to serve without authentication (the old "
+                      f"spelling --insecure-no-auth is accepted too)")
     return None
 
 
@@ -161,7 +188,7 @@ def _run(options: ServerOptions, log_level: str) -> int:
 def cmd_api(args: argparse.Namespace) -> int:
     """``ax api``."""
     try:
-        auth = _auth(args, args.insecure_no_auth, "--insecure-no-auth")
+        auth = _auth(args, args.no_auth, "--no-auth")
         options = _options(args, auth=auth, role="api")
         if options.config.queue_url.startswith("memory"):
             print("ax: warning: the in-process queue (memory://) is invisible to executors "

@@ -7,34 +7,42 @@ import asyncio
 import json
 import sys
 import tempfile
-from typing import Any
+from dataclasses import asdict, replace
+from typing import TYPE_CHECKING, Any
 
 from axengine.cli._common import EXIT_FAILED, EXIT_OK, add_home, config_of, fail
+from axengine.cli._remote import add_remote, remote_of, with_client
 from axengine.cli._runtime import with_engine
+from axengine.cli.tasks import pipe_safe
 from axengine.config import AxConfig
 from axengine.credentials import redact_url
 from axengine.errors import AxError
-from axengine.fixtures import export_task, restore_task
+from axengine.fixtures import FIXTURE_VERSION, _plain, export_task, restore_task
 from axengine.local import LocalSession
+
+if TYPE_CHECKING:
+    from axengine.client import Client
 
 
 def register(sub: Any) -> None:
     p = sub.add_parser("snapshot", help="export or import a task snapshot fixture")
     ssub = p.add_subparsers(dest="snapshot_command", metavar="ACTION", required=True)
     ep = ssub.add_parser("export", help="write a task (DAG, snapshots, timeline) as JSON")
-    ep.add_argument("task")
+    ep.add_argument("task", help="the task id")
     ep.add_argument("-o", "--output", help="file to write (default: stdout)")
     add_home(ep)
-    ep.set_defaults(func=cmd_export)
+    add_remote(ep)
+    ep.set_defaults(func=pipe_safe(cmd_export))
     ip = ssub.add_parser("import", help="restore a fixture into the store (resume it with "
                          "ax run --resume)")
-    ip.add_argument("fixture")
+    ip.add_argument("fixture", help="the JSON file ax snapshot export wrote")
     add_home(ip)
     ip.set_defaults(func=cmd_import)
 
     rp = sub.add_parser("replay", help="restore a fixture into a fresh store and resume it")
-    rp.add_argument("fixture")
-    rp.add_argument("--decide", action="append", default=[], metavar="NODE=approve|reject")
+    rp.add_argument("fixture", help="the JSON file ax snapshot export wrote")
+    rp.add_argument("--decide", action="append", default=[], metavar="NODE=approve|reject",
+                    help="decide a gate when it is reached (repeatable)")
     rp.set_defaults(func=cmd_replay)
 
 
@@ -43,11 +51,23 @@ def _load(path: str) -> Any:
         return json.load(fh)
 
 
-def cmd_export(args: argparse.Namespace) -> int:
-    try:
-        data = with_engine(args, lambda e: export_task(e, args.task))
-    except AxError as exc:
-        return fail(str(exc), EXIT_FAILED)
+def _remote_fixture(client: Client, task_id: str) -> dict[str, Any]:
+    """The fixture of a task read through the REST API: what :func:`export_task` writes,
+    from the task's JSON (snapshot fields the API does not show keep their defaults)."""
+    view = client.task_view(task_id)
+    snaps = [_plain(asdict(replace(s, input_ref=None, output_ref=None)))
+             for s in view.snapshots.values()]
+    return {
+        "version": FIXTURE_VERSION,
+        "dag": view.dag.canonical(),
+        "dag_hash": view.dag.hash,
+        "task": _plain(asdict(replace(view.task, input_ref=None))),
+        "snapshots": snaps,
+        "events": [_plain(asdict(e)) for e in client.events(task_id)],
+    }
+
+
+def _write(args: argparse.Namespace, data: Any) -> int:
     text = json.dumps(data, indent=2, sort_keys=True)
     if args.output:
         with open(args.output, "w", encoding="utf-8") as fh:
@@ -55,6 +75,20 @@ def cmd_export(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(text + "\n")
     return EXIT_OK
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    try:
+        remote = remote_of(args)
+    except AxError as exc:
+        return fail(str(exc))
+    if remote is not None:
+        return with_client(remote, lambda c: _write(args, _remote_fixture(c, args.task)))
+    try:
+        data = with_engine(args, lambda e: export_task(e, args.task))
+    except AxError as exc:
+        return fail(str(exc), EXIT_FAILED)
+    return _write(args, data)
 
 
 def cmd_import(args: argparse.Namespace) -> int:

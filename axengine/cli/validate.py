@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from axengine.cli.tasks import pipe_safe
 from axengine.dag import load_dag
 from axengine.errors import DagError, DagProblem
 
@@ -30,7 +31,7 @@ def register(subparsers: Any) -> None:
                         help="DAG files, or directories holding *.yaml / *.yml files")
     parser.add_argument("--format", choices=("text", "json"), default="text",
                         help="text (one line per problem) or json (a list of problems)")
-    parser.set_defaults(func=run)
+    parser.set_defaults(func=pipe_safe(run))
 
 
 def _expand(paths: list[str]) -> tuple[list[str], list[DagProblem]]:

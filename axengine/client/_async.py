@@ -146,5 +146,7 @@ class AsyncClient:
     cancel = async_op(core.Core.cancel)
     retry = async_op(core.Core.retry)
     list_tasks = async_op(core.Core.list_tasks)
+    list_dags = async_op(core.Core.list_dags)
+    list_approvals = async_op(core.Core.list_approvals)
     validate = async_op(core.Core.validate)
     ready = async_op(core.Core.ready)

@@ -601,6 +601,31 @@ class Core:
                 break
         return out
 
+    def list_dags(self, *, limit: int = 100) -> Op[list[dict[str, Any]]]:
+        """Stored DAG versions by hash, at most ``limit``: ``{hash, name, nodes,
+        stored_revision}`` each (the whole DAG: ``GET /v1/dags/{hash}``)."""
+        return (yield from self._pages("/v1/dags", "dags", limit, {}))
+
+    def list_approvals(self, *, limit: int = 100) -> Op[list[dict[str, Any]]]:
+        """Gates waiting for a decision, newest task first, at most ``limit``:
+        ``{task_id, dag_name, submitted_by, node_id, description, input, waiting_since,
+        gate_until}`` each (decide one with :meth:`approve` / :meth:`reject`)."""
+        return (yield from self._pages("/v1/approvals", "approvals", limit, {}))
+
+    def _pages(self, path: str, key: str, limit: int,
+               params: Mapping[str, Any]) -> Op[list[dict[str, Any]]]:
+        out: list[dict[str, Any]] = []
+        token: str | None = None
+        while len(out) < limit:
+            page = yield from self.call("GET", path, idempotent=True, params={
+                **params, "limit": min(1000, limit - len(out)),
+                **({"page_token": token} if token else {})})
+            out.extend(dict(item) for item in page[key])
+            token = page.get("next_page_token")
+            if not token:
+                break
+        return out[:limit]
+
     def validate(self, dag: DagLike) -> Op[dict[str, Any]]:
         """Validate a DAG (any form :meth:`submit` takes) on the server without storing
         it."""

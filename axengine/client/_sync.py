@@ -149,5 +149,7 @@ class Client:
     cancel = sync_op(core.Core.cancel)
     retry = sync_op(core.Core.retry)
     list_tasks = sync_op(core.Core.list_tasks)
+    list_dags = sync_op(core.Core.list_dags)
+    list_approvals = sync_op(core.Core.list_approvals)
     validate = sync_op(core.Core.validate)
     ready = sync_op(core.Core.ready)

@@ -26,10 +26,17 @@ from axengine.engine._index import choose_index, decode_cursor, encode_cursor, i
 from axengine.errors import NotFound
 from axengine.keys import INDEX_VERSION, StoreKeys
 from axengine.limits import parse_json_text
-from axengine.records import BlobRef, Event, Snapshot, TaskRecord, TaskStatus
+from axengine.records import BlobRef, Event, NodeState, Snapshot, TaskRecord, TaskStatus
 from axengine.store import Get, KeyValue, Mod, Op, Put, StateStore
 
-__all__ = ["LATE_EVENT_WINDOW", "LIST_SCAN_BUDGET", "EngineReads", "TaskView"]
+__all__ = [
+    "LATE_EVENT_WINDOW",
+    "LIST_SCAN_BUDGET",
+    "Approval",
+    "DagInfo",
+    "EngineReads",
+    "TaskView",
+]
 
 #: Index keys one page of a task listing may read (filters no index serves stop here
 #: and return a short page with a token).
@@ -48,6 +55,45 @@ class TaskView:
     dag: Dag
     snapshots: Mapping[str, Snapshot]
     revision: int
+
+
+@dataclass(frozen=True)
+class DagInfo:
+    """A stored DAG version, without its nodes.
+
+    Attributes:
+        hash: Content hash (the key it is stored under).
+        name: The DAG's name.
+        nodes: Number of nodes.
+        stored_revision: Store revision that first stored it (orders versions by the
+            time they were first submitted; the store keeps no wall-clock time for it).
+    """
+
+    hash: str
+    name: str
+    nodes: int
+    stored_revision: int
+
+
+@dataclass(frozen=True)
+class Approval:
+    """A human gate waiting for a decision.
+
+    Attributes:
+        task: The task record (id, DAG name, submitter).
+        node_id: The ``human_gateway`` node.
+        description: Its rendered description (the DAG's text when none was rendered).
+        input: The input rendered for the approver.
+        waiting_since: When the gate paused (UNIX seconds).
+        gate_until: When the wait expires (0: no deadline).
+    """
+
+    task: TaskRecord
+    node_id: str
+    description: str
+    input: Any
+    waiting_since: float
+    gate_until: float
 
 
 def _event_id(now: float, n: int = 0) -> str:
@@ -244,6 +290,48 @@ class EngineReads:
             # Residual filters rejected some: read more per round trip, up to a page.
             batch = min(batch * 2, 1000)
         return out, (encode_cursor(index, after) if after else None)
+
+    async def dag_page(self, *, limit: int = 100, after: str = "",
+                       ) -> tuple[list[DagInfo], str | None]:
+        """One page of stored DAG versions, by hash, after the hash ``after``; and the
+        hash to pass as ``after`` for the next page (None: no more). Reads ``limit``
+        keys whatever the store holds."""
+        prefix = self._keys.dag("")
+        kvs = await self._store.range(prefix, start_after=prefix + after if after else None,
+                                      limit=limit)
+        out = []
+        for kv in kvs:
+            data = json.loads(kv.value)
+            out.append(DagInfo(hash=kv.key[len(prefix):], name=str(data.get("name", "")),
+                               nodes=len(data.get("nodes") or ()),
+                               stored_revision=kv.create_revision))
+        return out, (out[-1].hash if len(kvs) >= limit and out else None)
+
+    async def approvals_page(self, *, limit: int = 100, page_token: str = "",
+                             ) -> tuple[list[Approval], str | None]:
+        """Gates waiting for a decision, in the tasks of one page of PAUSED tasks
+        (newest first, through the status index: finished tasks are never read); and the
+        token of the next page of tasks (None: no more). ``limit`` counts tasks."""
+        tasks, token = await self.task_page(statuses=(TaskStatus.PAUSED,), limit=limit,
+                                            page_token=page_token)
+        out: list[Approval] = []
+        for task in tasks:
+            dag = await self.get_dag(task.dag_hash)
+            for snap in await self.snapshots(task.task_id):
+                node = dag.nodes.get(snap.node_id)
+                if node is None or node.type != "human_gateway" or snap.decision \
+                        or snap.state is not NodeState.PAUSED:
+                    continue
+                rendered = snap.input
+                if rendered is None and snap.input_ref is not None:
+                    rendered = await self.blob_json(snap.input_ref)
+                params = rendered if isinstance(rendered, dict) else {}
+                out.append(Approval(
+                    task=task, node_id=snap.node_id,
+                    description=str(params.get("description") or node.description or ""),
+                    input=params.get("input"), waiting_since=snap.paused_at,
+                    gate_until=snap.gate_until))
+        return out, token
 
     async def count_active(self, principal: str, *, cap: int) -> int:
         """Unfinished tasks ``principal`` submitted, counted up to ``cap`` from the

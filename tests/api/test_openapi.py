@@ -102,3 +102,16 @@ def test_reply_models_match_the_wire_json() -> None:
     models.ErrorBody.model_validate(wire.error_body(Conflict("taken")))
     models.ErrorBody.model_validate(wire.error_body(DagError([DagProblem("bad")])))
     models.ErrorBody.model_validate(wire.error_body(RuntimeError("bug")))
+
+
+def test_listing_models_match_their_writers() -> None:
+    from axengine.api import _ops as ops
+    from axengine.engine._reads import Approval, DagInfo
+
+    info = ops.dag_info_json(DagInfo("ab12cd34", "w", 3, 7))
+    _same_fields(models.DagInfoJson, info)
+    models.DagPage.model_validate({"dags": [info], "next_page_token": None})
+    approval = ops.approval_json(Approval(TaskRecord("t-1", "ab12cd34", "w", submitted_by="u"),
+                                          "review", "check it", {"x": 1}, 10.0, 20.0))
+    _same_fields(models.ApprovalJson, approval)
+    models.ApprovalPage.model_validate({"approvals": [approval], "next_page_token": "t"})

@@ -18,9 +18,11 @@ from tests.api.conftest import (
 def test_seed_curl_body_runs_to_success(api_server: ServerFactory, backend: str) -> None:
     handle = api_server(backend)
     client = handle.client("submit")
-    # The seed's curl, byte for byte (plus the token).
+    # The seed's curl (plus the token), with `.node.input` where the seed reads the
+    # node's own input as `.input` (that form is `ambiguous-input` now, see
+    # tests/api/test_input_schema.py).
     body = ('{"dag": {"nodes": {"hello": {"type": "llm_call", "model": "gpt-3.5-turbo", '
-            '"prompt": "Say hello to user {{ .input.name }}", "input": {"name": "Alice"}}}}}')
+            '"prompt": "Say hello to user {{ .node.input.name }}", "input": {"name": "Alice"}}}}}')
     response = client.post("/v1/tasks", content=body,
                            headers={"Content-Type": "application/json"})
     assert response.status_code == 201, response.text
@@ -167,7 +169,7 @@ def test_list_filters_and_pages(api_server: ServerFactory, backend: str) -> None
     not_risk = client.get("/v1/tasks", params={"label": "team!=risk,n"}).json()["tasks"]
     assert sorted(t["task_id"] for t in not_risk) == sorted(ids[0::2])
     running = client.get("/v1/tasks", params={"status": "RUNNING",
-                                              "dag": "inline-83637ba6"}).json()["tasks"]
+                                              "dag": "inline-800abc78"}).json()["tasks"]
     assert len(running) == 5 and all("nodes" not in t for t in running)
     assert client.get("/v1/tasks", params={"status": "SUCCEEDED"}).json()["tasks"] == []
 
