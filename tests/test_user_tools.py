@@ -404,3 +404,26 @@ def test_the_node_process_discovers_the_tools_too(installed: dict[str, str]) -> 
     finally:
         node.kill()
         node.communicate(timeout=10)
+
+
+@pytest.mark.integration
+@pytest.mark.slow
+def test_example_runs_through_ax_api_and_ax_executor(installed: dict[str, str],
+                                                     tmp_path: Path) -> None:
+    """The API validates the DAG with the installed tools' names and an ``ax executor``
+    runs them: the same registry in every process that sees the package."""
+    from axengine.client import Client
+    from tests.topology import Topology
+
+    path = installed["PYTHONPATH"]
+    with Topology(executors=0, root=tmp_path / "topo", api_env={"PYTHONPATH": path}) as topo:
+        index = topo.add_executor(start=False)
+        topo.executors[index].env["PYTHONPATH"] = path
+        topo.start_executor(index)
+        with Client(topo.api_url, token=topo.token("submitter")) as client:
+            result = client.run(EXAMPLE / "dags" / "quote.yaml",
+                                json.loads((EXAMPLE / "dags" / "input.json").read_text()),
+                                timeout=25)
+    assert result.status == "SUCCEEDED", result.errors
+    assert list(result.path) == ["stats", "quote", "summary"]
+    assert result.outputs["quote"]["total"] == 41.25

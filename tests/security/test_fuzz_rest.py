@@ -91,6 +91,8 @@ QUERY: dict[str, dict[str, st.SearchStrategy[str]]] = {
                           st.sampled_from(REAL_TASKS), hostile_text())},
     "GET /v1/tasks/{task_id}/events": {"after_seq": _SEQ, "limit": _LIMITS},
     "GET /v1/tasks/{task_id}/watch": {"after_seq": _SEQ},
+    "GET /v1/dags": {"limit": _LIMITS, "page_token": hostile_text()},
+    "GET /v1/approvals": {"limit": _LIMITS, "page_token": hostile_text()},
 }
 
 #: Every route this module fuzzes: (method, path template) -> kind of body.
@@ -108,6 +110,8 @@ ROUTES: dict[str, str] = {
     "POST /v1/tasks/{task_id}/retry": "retry",
     "POST /v1/dags/validate": "validate",
     "GET /v1/dags/{dag_hash}": "none",
+    "GET /v1/dags": "none",
+    "GET /v1/approvals": "none",
     # Served by FastAPI, left out of the schema.
     "GET /openapi.json": "none",
     "GET /docs": "none",

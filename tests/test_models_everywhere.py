@@ -1,0 +1,102 @@
+"""A real model from configuration alone, from every process shape that runs nodes:
+``ax server`` configured by ``ax.toml`` and ``ax executor`` configured by environment
+(``ax run`` and ``ax.run`` are in tests/executors/test_llm_openai.py). The model is a
+fake OpenAI-compatible endpoint on loopback (tests/fake_openai.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from axengine.client import Client
+from tests.fake_openai import FakeOpenAI, fake_openai
+from tests.topology import REPO, Topology, wait_until
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+FINANCIAL = REPO / "dags" / "financial_risk_assessment.yaml"
+ACME = {"pdf_url": str(REPO / "dags" / "inputs" / "acme_annual_report.pdf")}
+KEY = "sk-test-everywhere-0123456789"
+METRICS = {"revenue_growth": 0.05, "net_profit_margin": 0.2, "debt_to_equity": 0.5}
+SYSTEM = "You are a careful financial analyst."
+
+
+def _answer(body: dict[str, Any]) -> str:
+    prompt = body["messages"][-1]["content"]
+    return json.dumps(METRICS) if "revenue_growth" in prompt else "plain answer"
+
+
+def _check(api: FakeOpenAI, result: Any) -> str:
+    """The financial run used the endpoint as configured; returns a summary."""
+    assert result.status == "SUCCEEDED", result.errors
+    (call,) = [c for c in api.calls if c.path.endswith("/chat/completions")]
+    assert call.authorization == f"Bearer {KEY}"
+    assert call.body["model"] == "gpt-4-turbo"
+    assert call.body["temperature"] == 0.1
+    assert call.system_prompt == SYSTEM
+    usage = result.outputs["extract_metrics"]["_llm"]["usage"]
+    assert usage["total_tokens"] > 0
+    return (f"1 call to the fake endpoint (model {call.body['model']}, temperature "
+            f"{call.body['temperature']}, system prompt, key), usage {usage}")
+
+
+def test_ax_server_takes_its_model_from_ax_toml(tmp_path: Path,
+                                                record_property: Any) -> None:
+    with fake_openai(_answer, require_key=KEY) as api:
+        (tmp_path / "ax.toml").write_text(
+            f'home = "{tmp_path / "home"}"\n'
+            "[handlers]\n"
+            f'input_root = "{REPO / "dags" / "inputs"}"\n'
+            "[llm]\n"
+            f'base_url = "{api.base_url}"\napi_key = "{KEY}"\nsystem_prompt = "{SYSTEM}"\n')
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("OPENAI_", "AX_"))}
+        server = subprocess.Popen(
+            [sys.executable, "-m", "axengine.cli", "server", "--no-auth",
+             "--http", "127.0.0.1:0", "--grpc", "127.0.0.1:0"],
+            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True)
+        try:
+            assert server.stdout is not None
+            lines: list[str] = []
+            url = wait_until(lambda: _http_url(server, lines), 30,
+                             what="ax server listening")
+            with Client(url) as client:
+                result = client.run(FINANCIAL, ACME, timeout=25)
+        finally:
+            server.terminate()
+            server.communicate(timeout=20)  # reaps it and closes its pipe
+        record_property("summary", "ax server, configured by ax.toml only: "
+                        + _check(api, result))
+
+
+def _http_url(server: subprocess.Popen[str], lines: list[str]) -> str | None:
+    assert server.stdout is not None
+    line = server.stdout.readline()
+    lines.append(line)
+    if not line and server.poll() is not None:
+        raise AssertionError("ax server exited:\n" + "".join(lines))
+    match = re.search(r"http listening on (\S+)", line)
+    return match.group(1) if match else None
+
+
+def test_ax_executor_takes_its_model_from_the_environment(tmp_path: Path,
+                                                          record_property: Any) -> None:
+    with fake_openai(_answer, require_key=KEY) as api, \
+            Topology(executors=0, root=tmp_path / "topo") as topo:
+        index = topo.add_executor(start=False)
+        topo.executors[index].env.update({
+            "OPENAI_BASE_URL": api.base_url, "OPENAI_API_KEY": KEY,
+            "AX_LLM__SYSTEM_PROMPT": SYSTEM})
+        topo.start_executor(index)
+        with Client(topo.api_url, token=topo.token("submitter")) as client:
+            result = client.run(FINANCIAL, ACME, timeout=25)
+        record_property("summary", "ax executor, configured by environment only: "
+                        + _check(api, result))
