@@ -179,3 +179,25 @@ def test_time_limit_error_names_the_bound() -> None:
     with pytest.raises(TemplateLimitError, match="CPU"):
         render(EMPTY_LOOPS, names())
     assert time.perf_counter() - started < 1.0
+
+
+def test_the_render_deadline_never_interrupts_code_outside_the_render() -> None:
+    """A finalizer the garbage collector runs on the rendering thread (a gRPC channel's,
+    an asyncio transport's) is not interrupted when the render's time is up; the next
+    frame of the render itself is."""
+    import sys
+
+    from axengine.template._budget import _Interrupted, _Session
+
+    def frame_of(module: str) -> Any:
+        namespace: dict[str, Any] = {"__name__": module, "sys": sys}
+        exec("def here():\n    return sys._getframe()\n", namespace)
+        return namespace["here"]()
+
+    session = _Session()
+    session.deadline = 0.0  # the render's CPU time is spent
+    session.countdown = 1
+    session.trace(frame_of("asyncio.selector_events"), "call", None)  # no interruption
+    assert session.countdown <= 0  # still counted: the next render frame checks
+    with pytest.raises(_Interrupted):
+        session.trace(frame_of("jinja2.runtime"), "call", None)

@@ -73,17 +73,31 @@ class _Session:
 
     def trace(self, frame: FrameType, event: str, arg: Any) -> Any:
         self.countdown -= 1
-        if self.countdown <= 0:
+        template = frame.f_code.co_filename == _TEMPLATE_FILE
+        # The deadline is enforced only in code of the render itself (the template, the
+        # sandbox, Jinja2): a finalizer the garbage collector happens to run on this
+        # thread (a gRPC channel's, an asyncio transport's) must never be interrupted
+        # halfway. Its calls still count; the next frame of the render checks the clock.
+        if self.countdown <= 0 and (template or _is_render_code(frame)):
             self.check_clock()
         # Line events only for compiled template code: that is where unbounded loops
         # live; library frames are still counted through their call events.
-        return self.lines if frame.f_code.co_filename == _TEMPLATE_FILE else None
+        return self.lines if template else None
 
     def _trace_lines(self, frame: FrameType, event: str, arg: Any) -> Any:
         self.countdown -= 1
         if self.countdown <= 0:
             self.check_clock()
         return self.lines
+
+
+#: Modules whose frames belong to a render (where the deadline may interrupt).
+_RENDER_MODULES = ("jinja2", "markupsafe", "axengine.template")
+
+
+def _is_render_code(frame: FrameType) -> bool:
+    module = frame.f_globals.get("__name__", "")
+    return isinstance(module, str) and module.startswith(_RENDER_MODULES)
 
 
 _BUDGET_MESSAGE = f"the template built more than {_MAX_WORK_CHARS} characters of values"
