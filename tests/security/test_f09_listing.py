@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,7 @@ from axengine.engine import Engine, Event
 from axengine.engine._shell import _event_id
 from axengine.keys import StoreKeys
 from axengine.queue.inprocess import InProcessQueue
-from axengine.store import Compare, KeyValue, Op, Put, TxnResult, WatchEvent
+from axengine.store import KeyValue, Op, Put, StoreWrapper
 from axengine.store.etcd import EtcdStore
 from tests.security.conftest import http
 from tests.topology import Topology
@@ -46,11 +46,11 @@ nodes:
 """)
 
 
-class CountingStore:
+class CountingStore(StoreWrapper):
     """A store that counts the keys every read returns (range, get, get_many)."""
 
     def __init__(self, inner: EtcdStore) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.keys_read = 0
 
     async def get(self, key: str) -> KeyValue | None:
@@ -69,28 +69,10 @@ class CountingStore:
         self.keys_read += len(kvs)
         return kvs
 
-    async def txn(self, compares: Sequence[Compare], success: Sequence[Op],
-                  failure: Sequence[Op] = ()) -> TxnResult:
-        return await self.inner.txn(compares, success, failure)
-
-    async def revision(self) -> int:
-        return await self.inner.revision()
-
-    def watch(self, prefix: str, *, start_revision: int = 0) -> AsyncIterator[WatchEvent]:
-        return self.inner.watch(prefix, start_revision=start_revision)
-
-    async def close(self) -> None:
-        await self.inner.close()
-
-    def __getattr__(self, name: str) -> Any:
-        # Anything else of the store's surface (limits such as max_txn_ops) as is.
-        return getattr(self.inner, name)
-
 
 def _engine(topology: Topology, tmp_path: Path) -> tuple[Engine, CountingStore]:
     store = CountingStore(EtcdStore.from_url(topology.store_url))
-    engine = Engine(store=store, queue=InProcessQueue(),  # type: ignore[arg-type]
-                    blob_dir=tmp_path / "blobs")
+    engine = Engine(store=store, queue=InProcessQueue(), blob_dir=tmp_path / "blobs")
     return engine, store
 
 
