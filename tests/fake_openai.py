@@ -161,7 +161,9 @@ def fake_openai(answer: Answer = "ok", *, require_key: str | None = None
     server.daemon_threads = True
     holder.append(FakeOpenAI(base_url=f"http://127.0.0.1:{server.server_address[1]}/v1",
                              answer=answer, require_key=require_key))
-    thread = threading.Thread(target=server.serve_forever, name="fake-openai", daemon=True)
+    # A short poll interval: shutdown() waits up to one interval for the loop to notice.
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02},
+                              name="fake-openai", daemon=True)
     thread.start()
     try:
         yield holder[0]

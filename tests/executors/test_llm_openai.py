@@ -357,6 +357,7 @@ def test_ax_run_cli_subprocess_configured_by_env_only(api: FakeOpenAI, tmp_path:
     assert result["outputs"]["extract_metrics"]["_llm"]["usage"]["prompt_tokens"] > 0
 
 
+@pytest.mark.slow  # waits out the engine's real unavailable delay (5 s)
 def test_throttled_node_waits_then_succeeds(api: FakeOpenAI, tmp_path: Path,
                                             monkeypatch: pytest.MonkeyPatch,
                                             capsys: pytest.CaptureFixture[str]) -> None:

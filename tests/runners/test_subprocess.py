@@ -45,6 +45,9 @@ from executors.run_node import (
     request_to_json,
 )
 
+#: Most tests start node processes (and an embedded engine): the full lane.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parents[2]
 DAG = str(ROOT / "dags" / "financial_risk_assessment.yaml")
 ACME = json.dumps({"pdf_url": str(ROOT / "dags" / "inputs" / "acme_annual_report.pdf")})
