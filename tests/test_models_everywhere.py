@@ -5,11 +5,15 @@ fake OpenAI-compatible endpoint on loopback (tests/fake_openai.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -100,3 +104,35 @@ def test_ax_executor_takes_its_model_from_the_environment(tmp_path: Path,
             result = client.run(FINANCIAL, ACME, timeout=25)
         record_property("summary", "ax executor, configured by environment only: "
                         + _check(api, result))
+
+
+def test_ax_run_with_node_processes_takes_its_model_from_the_environment(
+        record_property: Any) -> None:
+    """--runner subprocess: each node runs in a clean process; the model provider's
+    variables are the one credential that reaches it."""
+    # A home the node user (nobody, under root) can reach; pytest's tmp_path is 0700.
+    tmp_path = Path(tempfile.mkdtemp(prefix="ax-models-"))
+    tmp_path.chmod(0o755)
+    with fake_openai(_answer, require_key=KEY) as api, _removed(tmp_path):
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI_", "AX_"))}
+        env.update({"OPENAI_BASE_URL": api.base_url, "OPENAI_API_KEY": KEY,
+                    "AX_LLM__SYSTEM_PROMPT": SYSTEM})
+        done = subprocess.run(
+            [sys.executable, "-m", "axengine.cli", "run", str(FINANCIAL), "--input",
+             json.dumps(ACME), "--home", str(tmp_path / "home"), "--runner", "subprocess",
+             "--json"], cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+        assert done.returncode == 0, done.stdout + done.stderr
+        result = json.loads(done.stdout)
+        (call,) = [c for c in api.calls if c.path.endswith("/chat/completions")]
+    assert call.authorization == f"Bearer {KEY}" and call.system_prompt == SYSTEM
+    usage = result["outputs"]["extract_metrics"]["_llm"]["usage"]
+    record_property("summary", f"ax run --runner subprocess: 1 call from a node process "
+                    f"(key, system prompt), usage {usage}")
+
+
+@contextlib.contextmanager
+def _removed(path: Path) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        shutil.rmtree(path, ignore_errors=True)

@@ -46,8 +46,11 @@ DEFAULT_MEMORY_BYTES = 1 << 30
 DEFAULT_OPEN_FILES = 256
 #: Seconds between SIGTERM and SIGKILL when a run is stopped or times out.
 DEFAULT_GRACE_SECONDS = 5.0
-#: Variables copied from the executor's environment (when set); no other one is.
-DEFAULT_ENV_ALLOWLIST: tuple[str, ...] = ("PATH", "LANG", "LC_ALL", "TZ")
+#: Variables copied from the executor's environment (when set); no other one is. The
+#: model provider's endpoint and key are the nodes' own credentials (an LLM node calls
+#: the model from its process), unlike the executor's token and store credentials.
+DEFAULT_ENV_ALLOWLIST: tuple[str, ...] = ("PATH", "LANG", "LC_ALL", "TZ",
+                                          "OPENAI_BASE_URL", "OPENAI_API_KEY")
 #: The node user of an executor running as root, unless the settings name another.
 ROOT_NODE_USER = "nobody"
 #: Binary size units.

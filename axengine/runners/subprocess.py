@@ -10,7 +10,8 @@ the process's stdin and stdout) is described in :mod:`executors.run_node`.
 What the process gets:
 
 - **a clean environment**: only the variables of ``env_allowlist`` (``PATH``, ``LANG``,
-  ``LC_ALL``, ``TZ``), ``HOME`` set to a fresh directory removed after the run, and
+  ``LC_ALL``, ``TZ``, and the model provider's ``OPENAI_BASE_URL``/``OPENAI_API_KEY``,
+  which LLM nodes call with), ``HOME`` set to a fresh directory removed after the run, and
   ``PYTHONPATH`` naming the directories of the packages it imports (``executors``, and
   the handler's own package when that is not installed). Never the executor's tokens,
   ``AX_*`` settings or credentials.

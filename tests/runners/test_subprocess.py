@@ -453,3 +453,15 @@ def test_a_stale_fence_makes_effect_begin_raise_in_the_node_and_nothing_is_sent(
     assert "raised FencedOut: effect email:" in outcome.message
     assert record is None or record.state == "NEW"
     assert list((home / "mail").glob("*.eml")) == []
+
+
+def test_the_model_provider_variables_reach_llm_nodes_and_nothing_else_does() -> None:
+    """OPENAI_BASE_URL/OPENAI_API_KEY are the nodes' own credentials (an llm_call node
+    calls the model from its process); the executor's token and other variables stay
+    out."""
+    runner = SubprocessRunner(environ={
+        "PATH": "/usr/bin", "OPENAI_BASE_URL": "http://127.0.0.1:9/v1",
+        "OPENAI_API_KEY": "sk-node", "AX_TOKEN": "executor-token",
+        "AWS_SECRET_ACCESS_KEY": "cloud", "HOME": "/root"})
+    assert runner._env == {"PATH": "/usr/bin", "OPENAI_BASE_URL": "http://127.0.0.1:9/v1",
+                           "OPENAI_API_KEY": "sk-node"}
