@@ -12,6 +12,10 @@ Where each metric comes from:
   engine's DAG cache later (on every scrape and periodically by the server).
   ``stale`` and ``already-done`` answers write nothing, hence no event: the adapters
   that call ``complete`` report them with :meth:`AxMetrics.complete_answer`.
+- ``ax_llm_tokens_total``: the ``_llm.usage`` an LLM node puts in its (object) output,
+  read from the outcome by :meth:`AxMetrics.llm_usage` where ``complete`` is called (the
+  gRPC ``Complete`` and the in-process executor's ``observe``), only when the answer is
+  ``committed``, so a retried or repeated complete never counts twice.
 - ``ax_queue_depth`` and ``ax_oldest_waiting_seconds``: read from the queue and, through
   the engine, the store on every scrape (:meth:`AxMetrics.refresh`), so they are right
   across replicas.
@@ -32,6 +36,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from axengine.errors import NotFound
 from axengine.records import Event, NodeState, TaskRecord
 from axengine.store import Compare, Op, StateStore, StoreWrapper, TxnResult
+from executors.contract import Success
 
 __all__ = ["CONTENT_TYPE_LATEST", "AxMetrics", "TimedStore"]
 
@@ -47,6 +52,10 @@ WRITE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5
 
 #: Task events that mean the task reached a final status.
 _FINAL_TASK_EVENTS = {"task_succeeded", "task_failed", "task_dead", "task_cancelled"}
+#: ``_llm.usage`` keys counted by ``ax_llm_tokens_total``, by ``kind`` label.
+_TOKEN_KINDS = {"prompt": "prompt_tokens", "completion": "completion_tokens"}
+#: Longest model label kept (longer names are cut; the label set stays bounded).
+MAX_MODEL_LABEL = 100
 
 
 @dataclass(frozen=True)
@@ -105,6 +114,9 @@ class AxMetrics:
                                       "Tasks reaching a final status", ["status"], registry=r)
         self.requests = Counter("ax_api_requests_total", "REST requests",
                                 ["method", "route", "code"], registry=r)
+        self.llm_tokens = Counter("ax_llm_tokens_total",
+                                  "LLM tokens of committed outcomes", ["model", "kind"],
+                                  registry=r)
         self.dropped = Counter("ax_metrics_dropped_total",
                                "Listener records dropped before a drain", registry=r)
         self._pending: deque[_Pending] = deque()
@@ -139,6 +151,31 @@ class AxMetrics:
         """Record a ``complete`` answer that wrote nothing (``stale``, ``already-done``)."""
         if answer in ("stale", "already-done"):
             self._push(_Pending("", task_id, answer=(node_id, answer)))
+
+    def llm_usage(self, outcome: Any) -> None:
+        """Count the tokens of a :class:`Success` whose object output carries
+        ``_llm: {"model", "usage": {"prompt_tokens", "completion_tokens"}}``. Call it only
+        for a ``committed`` answer (see :meth:`completed`); anything malformed is ignored."""
+        if not isinstance(outcome, Success) or not isinstance(outcome.output, dict):
+            return
+        llm = outcome.output.get("_llm")
+        if not isinstance(llm, dict):
+            return
+        model, usage = llm.get("model"), llm.get("usage")
+        if not isinstance(model, str) or not model or not isinstance(usage, dict):
+            return
+        for kind, key in _TOKEN_KINDS.items():
+            tokens = usage.get(key)
+            # bool is an int: refuse it; negative or non-integer counts are malformed.
+            if isinstance(tokens, int) and not isinstance(tokens, bool) and tokens > 0:
+                self.llm_tokens.labels(model[:MAX_MODEL_LABEL], kind).inc(tokens)
+
+    def completed(self, task_id: str, node_id: str, answer: str, outcome: Any) -> None:
+        """Everything a ``complete`` call tells: its answer (:meth:`complete_answer`) and,
+        when ``committed``, the outcome's LLM usage (:meth:`llm_usage`)."""
+        self.complete_answer(task_id, node_id, answer)
+        if answer == "committed":
+            self.llm_usage(outcome)
 
     def track_lanes(self, lanes: Iterable[str]) -> None:
         """Lanes whose depth is reported (``default`` and ``fast`` always are)."""

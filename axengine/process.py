@@ -67,7 +67,7 @@ class ExecutorSpec:
             ``executors.handlers.handle``).
         worker_id: Stable worker id (default ``w:<host>:<pid>:<random>``).
         poll_timeout: Longest wait of one queue pop.
-        observe: Told ``(task_id, node_id, answer)`` of every completion.
+        observe: Told ``(task_id, node_id, answer, outcome)`` of every completion.
         runners: Runners besides ``thread`` (which runs ``handler`` in this process), by
             name.
         runner: The runner of nodes that do not name one.
@@ -81,7 +81,7 @@ class ExecutorSpec:
     handler: Handler | None = None
     worker_id: str | None = None
     poll_timeout: float = 0.5
-    observe: Callable[[str, str, str], None] | None = None
+    observe: Callable[[str, str, str, Any], None] | None = None
     runners: Mapping[str, Runner] = field(default_factory=dict)
     runner: str = THREAD
 

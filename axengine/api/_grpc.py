@@ -348,7 +348,7 @@ class ExecutorServicer(_Base):
         outcome = await self._outcome(request)
         answer = await self.engine.complete(request.task_id, request.node_id,
                                             fence=request.fence, outcome=outcome)
-        self.metrics.complete_answer(request.task_id, request.node_id, answer)
+        self.metrics.completed(request.task_id, request.node_id, answer, outcome)
         snap, _ = await ops.node_snapshot(self.engine, request.task_id, request.node_id)
         return pb.CompleteReply(result=_COMPLETE[answer], snapshot=snapshot_pb(snap))
 

@@ -180,7 +180,7 @@ class ApiServer:
             executor = ExecutorSpec(
                 concurrency=options.worker_concurrency, lease_seconds=options.lease_seconds,
                 settings=options.config.handler_settings, poll_timeout=0.2,
-                observe=self.metrics.complete_answer, runners=options.runners,
+                observe=self.metrics.completed, runners=options.runners,
                 runner=options.runner)
         self.process = AxProcess(Shape(
             config=options.config, executor=executor,

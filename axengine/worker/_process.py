@@ -110,7 +110,7 @@ class _Tracking:
     executor knows what is in flight, and logs every fenced answer."""
 
     def __init__(self, inner: EngineClient, flights: dict[tuple[str, str], _Flight],
-                 observe: Callable[[str, str, str], None] | None = None) -> None:
+                 observe: Callable[[str, str, str, Any], None] | None = None) -> None:
         self.inner = inner
         self.flights = flights
         self.observe = observe
@@ -160,7 +160,7 @@ class _Tracking:
             raise
         self.forget(task_id, node_id, fence)
         if self.observe is not None:
-            self.observe(task_id, node_id, answer)
+            self.observe(task_id, node_id, answer, outcome)
         log.log(logging.WARNING if answer == "stale" else logging.INFO,
                 "complete %s/%s fence=%d %s: %s", task_id, node_id, fence,
                 type(outcome).__name__, answer)
@@ -212,7 +212,8 @@ class Executor:
         lanes: Lanes served, in priority order.
         handler: ``handle(request, ctx) -> Outcome``.
         poll_timeout: Longest wait of one queue pop.
-        observe: Told ``(task_id, node_id, answer)`` of every completion (metrics).
+        observe: Told ``(task_id, node_id, answer, outcome)`` of every completion
+            (metrics).
         clock: Node timeouts, heartbeats and the grace period follow it.
         runners: Runners besides ``thread``, by name (see :mod:`axengine.worker._runner`).
         runner: The runner of nodes that do not name one.
@@ -231,7 +232,7 @@ class Executor:
         lanes: Sequence[str] = (FAST_LANE, DEFAULT_LANE),
         handler: Handler,
         poll_timeout: float = 0.5,
-        observe: Callable[[str, str, str], None] | None = None,
+        observe: Callable[[str, str, str, Any], None] | None = None,
         clock: Clock = SYSTEM,
         runners: Mapping[str, Runner] | None = None,
         runner: str = THREAD,

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
+from typing import Any
 
+import grpc
+import pytest
 from prometheus_client import generate_latest
 
 from axengine.dag import load_dag_text
@@ -12,7 +16,10 @@ from axengine.engine import Engine, Event, TaskRecord
 from axengine.metrics import AxMetrics
 from axengine.queue.inprocess import InProcessQueue
 from axengine.store.embedded import SqliteStore
-from tests.api.conftest import SEED_BODY, ServerFactory
+from executors.contract import Failure, Success
+from proto.ax.v1 import ax_pb2 as pb
+from proto.ax.v1 import ax_pb2_grpc as pb_grpc
+from tests.api.conftest import AUTH, SEED_BODY, ServerFactory, wait_final
 
 DAG = """\
 name: m
@@ -93,3 +100,73 @@ def test_scrape_reports_waiting_work(api_server: ServerFactory) -> None:
                   if line.startswith("ax_oldest_waiting_seconds "))
     assert float(oldest.split()[1]) > 0
     assert 'ax_api_requests_total{code="201",method="POST",route="/v1/tasks"} 3.0' in text
+
+
+LLM_OUTPUT: dict[str, Any] = {"text": "x", "_llm": {
+    "model": "m", "endpoint": "default",
+    "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}}}
+
+
+def test_llm_usage_counts_well_formed_usage_only() -> None:
+    metrics = AxMetrics()
+    metrics.llm_usage(Success(LLM_OUTPUT))
+    for malformed in (
+        Failure("boom", details=dict(LLM_OUTPUT)), Success([LLM_OUTPUT]), Success("text"),
+        Success({"text": "x"}), Success({"_llm": "m"}), Success({"_llm": {"usage": {}}}),
+        Success({"_llm": {"model": 7, "usage": {"prompt_tokens": 1}}}),
+        Success({"_llm": {"model": "m", "usage": [1, 2]}}),
+        Success({"_llm": {"model": "m", "usage": {"prompt_tokens": "9",
+                                                  "completion_tokens": True}}}),
+        Success({"_llm": {"model": "m", "usage": {"prompt_tokens": -4,
+                                                  "completion_tokens": 1.5}}}),
+        None,
+    ):
+        metrics.llm_usage(malformed)
+    assert sample(metrics, "ax_llm_tokens_total", model="m", kind="prompt") == 3
+    assert sample(metrics, "ax_llm_tokens_total", model="m", kind="completion") == 2
+    # Only a committed answer counts: a stale or repeated complete adds nothing.
+    for answer in ("committed", "stale", "already-done"):
+        metrics.completed("t", "n", answer, Success(LLM_OUTPUT))
+    assert sample(metrics, "ax_llm_tokens_total", model="m", kind="prompt") == 6
+    assert sample(metrics, "ax_llm_tokens_total", model="m", kind="completion") == 4
+
+
+def test_in_process_executor_counts_llm_tokens(api_server: ServerFactory,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    import axengine.process
+
+    def handler(request: Any, ctx: Any) -> Any:
+        return Success(LLM_OUTPUT)
+
+    monkeypatch.setattr(axengine.process, "default_handler", lambda: handler)
+    handle = api_server("embedded", reconcile_interval=3600.0)
+    client = handle.client("submit")
+    task_id = client.post("/v1/tasks", json=SEED_BODY).json()["task_id"]
+    assert wait_final(client, task_id)["status"] == "SUCCEEDED"
+    text = handle.client(None).get("/metrics").text
+    assert 'ax_llm_tokens_total{kind="prompt",model="m"} 3.0' in text
+    assert 'ax_llm_tokens_total{kind="completion",model="m"} 2.0' in text
+
+
+def test_grpc_complete_counts_llm_tokens_once(api_server: ServerFactory) -> None:
+    handle = api_server("embedded", worker=False, reconcile_interval=3600.0)
+    client = handle.client("submit")
+    task_id = client.post("/v1/tasks", json=SEED_BODY).json()["task_id"]
+    md = (("authorization", AUTH["executor"]["Authorization"]),)
+    with grpc.insecure_channel(handle.grpc_address) as channel:
+        ex = pb_grpc.ExecutorServiceStub(channel)  # type: ignore[no-untyped-call]
+        claim = ex.Claim(pb.ClaimRequest(task_id=task_id, node_id="hello", worker_id="w1"),
+                         metadata=md)
+        assert claim.result == pb.CLAIM_RESULT_CLAIMED
+        request = pb.CompleteRequest(
+            task_id=task_id, node_id="hello", fence=claim.fence, worker_id="w1",
+            success=pb.CompleteRequest.Success(output_json=json.dumps(LLM_OUTPUT)))
+        stale = pb.CompleteRequest()
+        stale.CopyFrom(request)
+        stale.fence = claim.fence + 1
+        assert ex.Complete(stale, metadata=md).result == pb.COMPLETE_RESULT_STALE
+        assert ex.Complete(request, metadata=md).result == pb.COMPLETE_RESULT_COMMITTED
+        assert ex.Complete(request, metadata=md).result == pb.COMPLETE_RESULT_ALREADY_DONE
+    text = handle.client(None).get("/metrics").text
+    assert 'ax_llm_tokens_total{kind="prompt",model="m"} 3.0' in text
+    assert 'ax_llm_tokens_total{kind="completion",model="m"} 2.0' in text
