@@ -60,6 +60,28 @@ def read_secret(path: str, what: str) -> str:
     return secret
 
 
+def read_token_file(path: str | Path, what: str) -> str:
+    """The bearer token in a token file: its first line that is neither blank nor a
+    ``#`` comment, stripped.
+
+    Args:
+        path: The file.
+        what: How the caller names it, for the error message (``"--token-file"``).
+
+    Raises:
+        ValueError: The file cannot be read or holds no token; the message names
+            ``what`` and the file, never its content.
+    """
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ValueError(f"{what} {path}: {exc.strerror or exc}") from None
+    for line in text.splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            return line.strip()
+    raise ValueError(f"{what} {path} holds no token")
+
+
 def masked_repr(settings: object, secrets: tuple[str, ...]) -> str:
     """``Name(field=value, ...)`` of a settings dataclass with ``secrets`` shown as ``***``."""
     parts = []

@@ -16,10 +16,10 @@ import argparse
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from axengine.cli._common import EXIT_FAILED, fail
+from axengine.credentials import read_token_file
 from axengine.errors import ApiUnavailable, AxError, Forbidden, Unauthorized
 
 if TYPE_CHECKING:
@@ -83,13 +83,9 @@ def add_remote(parser: argparse.ArgumentParser) -> None:
 
 def _read_token_file(path: str, what: str) -> str:
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise AxError(f"{what} {path}: {exc.strerror or exc}") from exc
-    for line in text.splitlines():
-        if line.strip() and not line.lstrip().startswith("#"):
-            return line.strip()
-    raise AxError(f"{what} {path} holds no token")
+        return read_token_file(path, what)
+    except ValueError as exc:
+        raise AxError(str(exc)) from None
 
 
 def remote_of(args: argparse.Namespace,

@@ -11,13 +11,12 @@ import asyncio
 import logging
 import os
 import sys
-from pathlib import Path
 from typing import Any
 
 from axengine.cli._common import EXIT_FAILED, EXIT_OK, fail, parse_json_arg
 from axengine.cli.services import LOG_LEVELS, log_level
 from axengine.config import AxConfig
-from axengine.credentials import redact_url
+from axengine.credentials import read_token_file, redact_url
 from axengine.errors import AxError
 from axengine.process import AxProcess, ExecutorSpec, RemoteApi, Shape, serve
 from axengine.queue import DEFAULT_LANE, FAST_LANE
@@ -79,13 +78,9 @@ def read_token(args: argparse.Namespace) -> str:
     if not args.token_file:
         return ""
     try:
-        text = Path(args.token_file).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise AxError(f"--token-file {args.token_file}: {exc.strerror or exc}") from exc
-    for line in text.splitlines():
-        if line.strip() and not line.lstrip().startswith("#"):
-            return line.strip()
-    raise AxError(f"--token-file {args.token_file} holds no token")
+        return read_token_file(args.token_file, "--token-file")
+    except ValueError as exc:
+        raise AxError(str(exc)) from None
 
 
 def kube_options(args: argparse.Namespace) -> Any:

@@ -62,6 +62,7 @@ from pathlib import Path
 from typing import Any
 
 from axengine.config import AxConfig
+from axengine.credentials import read_token_file
 from axengine.engine import ClaimResult
 from axengine.errors import AxError, NotFound
 from axengine.queue import WorkItem
@@ -150,13 +151,9 @@ class JobEnv:
             AxError: The file cannot be read or holds no token (exit 2).
         """
         try:
-            text = self.token_file.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise _Usage(f"AX_TOKEN_FILE {self.token_file}: {exc.strerror or exc}") from None
-        for line in text.splitlines():
-            if line.strip() and not line.lstrip().startswith("#"):
-                return line.strip()
-        raise _Usage(f"AX_TOKEN_FILE {self.token_file} holds no token")
+            return read_token_file(self.token_file, "AX_TOKEN_FILE")
+        except ValueError as exc:
+            raise _Usage(str(exc)) from None
 
     def settings(self, env: Mapping[str, str]) -> dict[str, Any]:
         """Handler settings: the environment's, then the settings file's.
