@@ -20,14 +20,14 @@ import shutil
 import tempfile
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from axengine.dag import load_dag_mapping
 from axengine.engine import Engine, Event, Reconciler, TaskRecord, host_pid_owner
 from axengine.queue import WorkItem, WorkQueue
-from axengine.store import Compare, Delete, KeyValue, Op, Put, StateStore, TxnResult, WatchEvent
+from axengine.store import Compare, Delete, KeyValue, Op, Put, StateStore, StoreWrapper, TxnResult
 from axengine.wiring import open_queue, open_store
 from axengine.worker import Worker
 from bench import shapes
@@ -45,7 +45,7 @@ __all__ = [
 ]
 
 
-class CountingStore:
+class CountingStore(StoreWrapper):
     """A :class:`StateStore` proxy that counts reads, transactions and writes.
 
     ``write_txns`` counts transactions whose executed branch wrote something (what costs
@@ -53,12 +53,8 @@ class CountingStore:
     """
 
     def __init__(self, inner: StateStore) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.counts: Counter[str] = Counter()
-
-    @property
-    def max_txn_ops(self) -> int | None:
-        return self.inner.max_txn_ops
 
     async def get(self, key: str) -> KeyValue | None:
         self.counts["get"] += 1
@@ -85,15 +81,6 @@ class CountingStore:
         if not result.succeeded:
             self.counts["conflicts"] += 1
         return result
-
-    async def revision(self) -> int:
-        return await self.inner.revision()
-
-    def watch(self, prefix: str, *, start_revision: int = 0) -> AsyncIterator[WatchEvent]:
-        return self.inner.watch(prefix, start_revision=start_revision)
-
-    async def close(self) -> None:
-        await self.inner.close()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
