@@ -85,11 +85,14 @@ class Unavailable:
     """A dependency the node needs is down (circuit open, 503, model outage).
 
     The node stays WAITING with ``evidence`` and does not spend an attempt. It never
-    turns into a pass.
+    turns into a pass. ``retry_after`` is how many seconds from now the dependency asked
+    to be left alone (an HTTP ``Retry-After``): the node is not offered again before
+    then. Without it the engine's default delay applies.
     """
 
     dependency: str
     evidence: str
+    retry_after: float | None = None
 
 
 Outcome = Success | Failure | Unavailable

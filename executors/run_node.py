@@ -138,7 +138,7 @@ def outcome_to_json(outcome: Outcome) -> dict[str, Any]:
         return {"kind": "failure", "message": outcome.message, "retryable": outcome.retryable,
                 "details": dict(outcome.details)}
     return {"kind": "unavailable", "dependency": outcome.dependency,
-            "evidence": outcome.evidence}
+            "evidence": outcome.evidence, "retry_after": outcome.retry_after}
 
 
 def outcome_from_json(data: Mapping[str, Any]) -> Outcome:
@@ -155,8 +155,10 @@ def outcome_from_json(data: Mapping[str, Any]) -> Outcome:
         return Failure(str(data.get("message", "")), retryable=data.get("retryable") is not False,
                        details=dict(details) if isinstance(details, Mapping) else {})
     if kind == "unavailable":
+        wait = data.get("retry_after")
         return Unavailable(dependency=str(data.get("dependency", "")),
-                           evidence=str(data.get("evidence", "")))
+                           evidence=str(data.get("evidence", "")),
+                           retry_after=float(wait) if isinstance(wait, int | float) else None)
     raise ValueError(f"not an outcome: kind {kind!r}")
 
 

@@ -106,6 +106,33 @@ def test_ax_executor_takes_its_model_from_the_environment(tmp_path: Path,
                         + _check(api, result))
 
 
+def test_retry_after_from_the_model_reaches_the_engine_through_ax_executor(
+        tmp_path: Path, record_property: Any) -> None:
+    """A 429 with ``Retry-After: 120`` from the model and its fallback: the node waits WAITING (no
+    attempt spent) and is not offered again for 120 s, carried over gRPC from the
+    executor to the engine."""
+    with fake_openai(_answer, require_key=KEY) as api, \
+            Topology(executors=0, root=tmp_path / "topo") as topo:
+        # Both the model and its fallback answer 429.
+        api.fail(429, times=2, headers={"Retry-After": "120"}, message="slow down")
+        index = topo.add_executor(start=False)
+        topo.executors[index].env.update({"OPENAI_BASE_URL": api.base_url,
+                                          "OPENAI_API_KEY": KEY})
+        topo.start_executor(index)
+        with Client(topo.api_url, token=topo.token("submitter")) as client:
+            task_id = client.submit(FINANCIAL, ACME).task_id
+
+            def unavailable() -> Any:
+                seen = [e for e in client.events(task_id) if e.kind == "unavailable"]
+                return seen[0] if seen else None
+
+            event = wait_until(unavailable, 25, what="the node kept WAITING")
+    assert (event.node_id, event.state, event.attempt) == ("extract_metrics", "WAITING", 0)
+    assert "Retry-After: 120s" in event.detail
+    assert event.detail.endswith("(offered again in 120s)")
+    record_property("summary", f"429 Retry-After 120 through ax executor: {event.detail}")
+
+
 def test_ax_run_with_node_processes_takes_its_model_from_the_environment(
         record_property: Any) -> None:
     """--runner subprocess: each node runs in a clean process; the model provider's

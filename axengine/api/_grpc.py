@@ -328,7 +328,9 @@ class ExecutorServicer(_Base):
                 raise InputError("details_json must be a JSON object")
             return Failure(failure.message, retryable=failure.retryable, details=details)
         if which == "unavailable":
-            return Unavailable(request.unavailable.dependency, request.unavailable.evidence)
+            seen = request.unavailable
+            return Unavailable(seen.dependency, seen.evidence,
+                               seen.retry_after if seen.HasField("retry_after") else None)
         raise InputError("give an outcome: success, failure or unavailable")
 
     @rpc("executor")

@@ -15,6 +15,7 @@ decisions that depend on several nodes (joins, skip propagation, task status).
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -76,12 +77,15 @@ class RuleConfig:
         backoff_base: First retry delay in seconds (doubles per attempt).
         backoff_cap: Largest retry delay (jitter included).
         unavailable_delay: Delay before a node kept WAITING by an unavailable
-            dependency is offered again.
+            dependency is offered again, when the dependency named no time.
+        retry_after_cap: Longest wait a dependency's ``Retry-After`` can impose; a
+            larger (or absurd) value is cut to this.
     """
 
     backoff_base: float = 1.0
     backoff_cap: float = 60.0
     unavailable_delay: float = 5.0
+    retry_after_cap: float = 3600.0
 
 
 @dataclass
@@ -533,15 +537,17 @@ def plan_complete(view: View, node_id: str, *, fence: int, outcome: Outcome, now
         b.settle(decided=[node_id])
         return b.plan
     if isinstance(outcome, Unavailable):
-        # The dependency is down: keep WAITING with the evidence, refund the attempt.
+        # The dependency is down: keep WAITING with the evidence, refund the attempt,
+        # and offer the node again when the dependency said it would take work again.
+        delay = unavailable_delay(outcome, config)
         back = replace(
             snap, state=NodeState.WAITING, attempt=snap.attempt - 1, owner="",
             lease_until=0.0, evidence=f"{outcome.dependency}: {outcome.evidence}"[:1000],
-            not_before=now + config.unavailable_delay,
+            not_before=now + delay,
         )
         b.write(back)
-        b.event("unavailable", back, back.evidence)
-        b.plan.enqueue.append((node_id, config.unavailable_delay))
+        b.event("unavailable", back, f"{back.evidence} (offered again in {delay:g}s)")
+        b.plan.enqueue.append((node_id, delay))
         return b.plan
     assert isinstance(outcome, Failure)
     message = outcome.message[:2000]
@@ -560,6 +566,18 @@ def plan_complete(view: View, node_id: str, *, fence: int, outcome: Outcome, now
               if exhausted else message)
     b.fail(node, snap, reason, retryable=outcome.retryable, dead=exhausted)
     return b.plan
+
+
+def unavailable_delay(outcome: Unavailable, config: RuleConfig) -> float:
+    """Seconds until a node kept WAITING by ``outcome`` is offered again: the
+    dependency's own ``retry_after`` when it gave one (within ``[0, retry_after_cap]``;
+    a non-finite value counts as the cap), else ``config.unavailable_delay``."""
+    wait = outcome.retry_after
+    if wait is None:
+        return config.unavailable_delay
+    if not math.isfinite(wait):
+        return config.retry_after_cap
+    return min(max(wait, 0.0), config.retry_after_cap)
 
 
 def four_eyes_violation(node: Node, task_submitted_by: str, by: str, *,

@@ -304,6 +304,8 @@ class GrpcEngineClient:
         elif isinstance(outcome, Unavailable):
             request.unavailable.dependency = outcome.dependency
             request.unavailable.evidence = outcome.evidence
+            if outcome.retry_after is not None:
+                request.unavailable.retry_after = outcome.retry_after
         elif isinstance(outcome, Failure):
             request.failure.message = outcome.message
             request.failure.retryable = outcome.retryable

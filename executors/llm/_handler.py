@@ -280,19 +280,24 @@ class LlmCall:
         order, note = self._order(call)
         if note and not ctx.progress(note[:_MARKER_LIMIT]):
             return Failure(_STOPPED, retryable=True, details={"stopped": True})
-        outages: list[str] = []
+        outages: list[Unavailable] = []
         for i, model in enumerate(order):
             outcome = self._call_model(model, call, provider, ctx, config)
             if isinstance(outcome, Unavailable) and i + 1 < len(order):
-                outages.append(outcome.evidence)
+                outages.append(outcome)
                 marker = f"llm:fallback {order[i + 1]} (model {model} unavailable)"
                 if not ctx.progress(marker):
                     return Failure(_STOPPED, retryable=True, details={"stopped": True})
                 continue
             if isinstance(outcome, Unavailable) and outages:
+                every = [*outages, outcome]
+                waits = [each.retry_after for each in every]
                 return Unavailable(
                     dependency=f"model:{order[0]}",
-                    evidence="; ".join([*outages, outcome.evidence]),
+                    evidence="; ".join(each.evidence for each in every),
+                    # Worth trying again as soon as any of the models may answer.
+                    retry_after=(None if any(w is None for w in waits)
+                                 else min(w for w in waits if w is not None)),
                 )
             return outcome
         raise AssertionError("unreachable: the model order is never empty")
@@ -331,7 +336,8 @@ class LlmCall:
                     return Success(output)
         denial = self.circuits.acquire(model)
         if denial is not None:
-            return Unavailable(dependency=f"model:{model}", evidence=denial)
+            return Unavailable(dependency=f"model:{model}", evidence=denial,
+                               retry_after=self.circuits.reopens_in(model))
         if not ctx.progress(f"llm:{model}"):
             self.circuits.release(model)
             return Failure(_STOPPED, retryable=True, details={"stopped": True})
@@ -346,8 +352,10 @@ class LlmCall:
                 model, exc.evidence,
                 failures=_opt_int(settings.get("llm_circuit_failures")),
                 cooldown=_opt_float(settings.get("llm_circuit_cooldown")),
+                retry_after=exc.retry_after,
             )
-            return Unavailable(dependency=f"model:{model}", evidence=exc.evidence)
+            return Unavailable(dependency=f"model:{model}", evidence=exc.evidence,
+                               retry_after=exc.retry_after)
         except ProviderError as exc:
             # The endpoint answered, so the circuit closes; only a transient error says
             # something about the model's health.

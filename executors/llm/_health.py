@@ -162,6 +162,15 @@ class CircuitBreakers:
             circuit.probe_started = now
             return None
 
+    def reopens_in(self, model: str) -> float | None:
+        """Seconds until an open circuit lets a probe through; None when not open."""
+        with self._lock:
+            circuit = self._circuits.get(model)
+            if circuit is None or circuit.open_until is None:
+                return None
+            left = circuit.open_until - self._clock()
+            return left if left > 0 else None
+
     def release(self, model: str) -> None:
         """Give back a half-open probe that was granted but not used."""
         with self._lock:
@@ -181,6 +190,7 @@ class CircuitBreakers:
         *,
         failures: int | None = None,
         cooldown: float | None = None,
+        retry_after: float | None = None,
     ) -> CircuitState:
         """Count an unavailability error; opens the circuit at the threshold.
 
@@ -189,6 +199,9 @@ class CircuitBreakers:
             evidence: What was seen (kept for the denials while open).
             failures: Threshold for this call (default: the constructor's).
             cooldown: Cool-down for this call (default: the constructor's).
+            retry_after: Seconds the endpoint asked to be left alone (``Retry-After``):
+                the circuit opens at once for exactly that long instead of the
+                cool-down, since the endpoint said so itself.
 
         Returns:
             The circuit's state after counting.
@@ -200,7 +213,10 @@ class CircuitBreakers:
             circuit.consecutive += 1
             circuit.evidence = evidence
             # A failed half-open probe re-opens at once: the model is still down.
-            if circuit.probe_started is not None or circuit.consecutive >= threshold:
+            if retry_after is not None and retry_after > 0:
+                pause = retry_after
+            if (circuit.probe_started is not None or circuit.consecutive >= threshold
+                    or (retry_after is not None and retry_after > 0)):
                 circuit.open_until = self._clock() + pause
                 circuit.probe_started = None
                 return "open"

@@ -1167,3 +1167,25 @@ def test_heartbeat_rule_is_pure() -> None:
     second = plan_heartbeat(view, "a", fence=fence, lease=LEASE, now=at(2), ids=world.ids())
     assert first == second
     assert view.snaps == world.snaps  # the view was not mutated
+
+
+@pytest.mark.parametrize(("retry_after", "delay"), [
+    (30.0, 30.0),           # the dependency's Retry-After, not the default 7 s
+    (0.5, 0.5),             # a shorter one too: the dependency knows best
+    (-4.0, 0.0),            # a negative one means "now"
+    (1e9, 3600.0),          # cut to the cap
+    (float("inf"), 3600.0),
+])
+def test_unavailable_with_retry_after_is_offered_again_then(retry_after: float,
+                                                            delay: float) -> None:
+    world = World.submit(SINGLE, config=RuleConfig(unavailable_delay=7.0))
+    fence = running(world, "a", now=at(1))
+    plan = world.complete("a", Unavailable("model:m", "429", retry_after=retry_after),
+                          fence=fence, now=at(2))
+    a = world.snaps["a"]
+    assert (a.state, a.attempt) == (NodeState.WAITING, 0)
+    assert a.not_before == at(2) + delay
+    assert plan.enqueue == [("a", delay)]
+    assert world.events[-1].detail.endswith(f"(offered again in {delay:g}s)")
+    assert world.claim("a", now=at(2) + delay - 0.01).result == "not-claimable"
+    assert world.claim("a", now=at(2) + delay).result == "claimed"

@@ -363,3 +363,27 @@ def test_heartbeating_provider_returns_and_raises_like_the_inner_one() -> None:
     with pytest.raises(ProviderUnavailable):
         HeartbeatingProvider(failing, lambda: True).complete(
             "m", "p", temperature=0, max_tokens=None, settings={})
+
+
+def test_retry_after_opens_the_circuit_for_exactly_that_long() -> None:
+    clock = Clock()
+    breakers = CircuitBreakers(failures=5, cooldown=30, clock=clock)
+    assert breakers.reopens_in("m") is None
+    # One throttle with a hint opens it at once (threshold 5 not reached), for 4 s.
+    assert breakers.unavailable("m", "429", retry_after=4) == "open"
+    assert breakers.reopens_in("m") == 4
+    clock.now += 3
+    assert breakers.acquire("m") is not None and breakers.reopens_in("m") == 1
+    clock.now += 1
+    assert breakers.acquire("m") is None  # the probe, after 4 s rather than 30 s
+
+
+def test_a_throttled_model_hands_its_retry_after_to_the_engine() -> None:
+    clock = Clock()
+    provider = Scripted({"gpt-4o": [ProviderUnavailable("429", retry_after=7)]})
+    call = make_handler(provider, clock)
+    first = call(req(), FakeContext())
+    assert isinstance(first, Unavailable) and first.retry_after == 7
+    clock.now += 2
+    denied = call(req(), FakeContext())  # the circuit is open: the rest of the wait
+    assert isinstance(denied, Unavailable) and denied.retry_after == 5

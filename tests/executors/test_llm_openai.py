@@ -357,7 +357,7 @@ def test_ax_run_cli_subprocess_configured_by_env_only(api: FakeOpenAI, tmp_path:
     assert result["outputs"]["extract_metrics"]["_llm"]["usage"]["prompt_tokens"] > 0
 
 
-@pytest.mark.slow  # waits out the engine's real unavailable delay (5 s)
+@pytest.mark.slow  # waits out the endpoint's real Retry-After (1 s)
 def test_throttled_node_waits_then_succeeds(api: FakeOpenAI, tmp_path: Path,
                                             monkeypatch: pytest.MonkeyPatch,
                                             capsys: pytest.CaptureFixture[str]) -> None:
@@ -374,6 +374,7 @@ def test_throttled_node_waits_then_succeeds(api: FakeOpenAI, tmp_path: Path,
     assert len(waits) == 1 and waits[0]["node_id"] == "extract_metrics"
     assert "model:gpt-4-turbo" in waits[0]["detail"]
     assert "Retry-After: 1s" in waits[0]["detail"]
+    assert waits[0]["detail"].endswith("(offered again in 1s)")  # not the default 5 s
     assert shown["nodes"]["extract_metrics"]["attempt"] == 1  # the wait spent no attempt
 
 

@@ -189,7 +189,8 @@ def test_requests_and_outcomes_cross_the_channel_unchanged() -> None:
                           input_revision="abc")
     assert request_from_json(json.loads(json.dumps(request_to_json(request)))) == request
     for outcome in (Success({"x": [1]}), Failure("no", retryable=False, details={"k": 1}),
-                    Unavailable(dependency="model:m", evidence="503")):
+                    Unavailable(dependency="model:m", evidence="503"),
+                    Unavailable(dependency="model:m", evidence="429", retry_after=12.5)):
         assert outcome_from_json(json.loads(json.dumps(outcome_to_json(outcome)))) == outcome
 
 

@@ -618,12 +618,14 @@ class CompleteRequest(_message.Message):
         details_json: str
         def __init__(self, message: _Optional[str] = ..., retryable: _Optional[bool] = ..., details_json: _Optional[str] = ...) -> None: ...
     class Unavailable(_message.Message):
-        __slots__ = ("dependency", "evidence")
+        __slots__ = ("dependency", "evidence", "retry_after")
         DEPENDENCY_FIELD_NUMBER: _ClassVar[int]
         EVIDENCE_FIELD_NUMBER: _ClassVar[int]
+        RETRY_AFTER_FIELD_NUMBER: _ClassVar[int]
         dependency: str
         evidence: str
-        def __init__(self, dependency: _Optional[str] = ..., evidence: _Optional[str] = ...) -> None: ...
+        retry_after: float
+        def __init__(self, dependency: _Optional[str] = ..., evidence: _Optional[str] = ..., retry_after: _Optional[float] = ...) -> None: ...
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     FENCE_FIELD_NUMBER: _ClassVar[int]
