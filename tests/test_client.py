@@ -417,8 +417,9 @@ def _fake_server() -> Callable[[httpx.Request], httpx.Response]:
         if path == "/v1/tasks/t-1":
             return httpx.Response(200, json=task())
         if path == "/v1/tasks/t-1/events":
-            return httpx.Response(200, json={"events": events, "last_seq": 6,
-                                             "next_page_token": None})
+            after = int(request.url.params.get("after_seq", 0))
+            return httpx.Response(200, json={"events": [e for e in events if e["seq"] > after],
+                                             "last_seq": 6, "next_page_token": None})
         if path == "/v1/tasks/t-1/watch":
             assert request.headers["accept"] == "text/event-stream"
             streamed.append(int(request.url.params["after_seq"]))

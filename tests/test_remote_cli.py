@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import pty
 import queue
 import re
 import signal
@@ -30,7 +31,8 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[1]
 TOKENS = {"root": ("tok-root-0123456789", "admin"), "alice": ("tok-alice-0123456789", "approve"),
-          "app": ("tok-app-012345678901", "submit")}
+          "app": ("tok-app-012345678901", "submit"),
+          "dana": ("tok-dana-0123456789", "submit,approve")}
 GATED = """\
 name: remote_gated
 nodes:
@@ -69,7 +71,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AxServer]:
     where = tmp_path_factory.mktemp("remote")
     tokens = where / "tokens.yaml"
     tokens.write_text(json.dumps({"tokens": [
-        {"name": name, "token": token, "roles": [role]}
+        {"name": name, "token": token, "roles": role.split(",")}
         for name, (token, role) in TOKENS.items()]}))
     tokens.chmod(0o600)
     for name, (token, _) in TOKENS.items():
@@ -161,6 +163,46 @@ def test_run_approve_resume_through_the_server(
     assert "status SUCCEEDED" in shown and "approve by alice: fine" in shown
     assert ax(["tasks", "list", "--status", "succeeded", "--json"]) == 0
     assert task in [t["task_id"] for t in json.loads(capsys.readouterr().out)]
+
+
+def test_the_gate_prompt_of_a_remote_run_decides_as_the_token(
+        server: AxServer, capsys: pytest.CaptureFixture[str]) -> None:
+    """`ax run --server` on a terminal asks at the gate; the decision is recorded by the
+    token's principal (dana), never by the local user name."""
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "axengine.cli", "run", str(server.dir / "gated.yaml"), "-i",
+         json.dumps({"text": "prompted"}), "--server", server.url,
+         "--token-file", server.token_file("dana")],
+        cwd=ROOT, stdin=slave, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        env={k: v for k, v in os.environ.items() if not k.startswith("AX_")})
+    os.close(slave)
+    seen = b""
+    try:
+        assert proc.stdout is not None
+        while b"approve or reject?" not in seen:
+            chunk = proc.stdout.read1(4096)
+            assert chunk, seen.decode()
+            seen += chunk
+        os.write(master, b"a\n")
+        rest, _ = proc.communicate(timeout=30)
+    finally:
+        os.close(master)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    out = (seen + rest).decode()
+    assert proc.returncode == 0, out
+    task = re.search(r"task (t-\w+)", out)
+    assert task is not None, out
+    with Client(server.url, token=TOKENS["root"][0]) as client:
+        review = client.task_view(task.group(1)).snapshots["review"]
+    assert review.decision is not None
+    assert review.decision["by"] == "dana" and review.decision["decision"] == "approve"
+    assert review.decision["comment"] == "decided with ax run"
+    # The history is shown before the prompt, and once.
+    assert out.index("waiting for a decision") < out.index("approve or reject?")
+    assert out.count("committed  -> review") == 1
 
 
 def test_reject_cancel_retry_export(server: AxServer, capsys: pytest.CaptureFixture[str],

@@ -235,7 +235,12 @@ def _run_server(args: argparse.Namespace, remote: Remote, client: Client, dag: A
     t0 = time.time()
     printer = _Printer(quiet=args.quiet or args.json, t0=t0)
 
+    shown: set[str] = set()  # each wait below replays the history: print it once
+
     def show(event: Event) -> None:
+        if event.event_id in shown:
+            return
+        shown.add(event.event_id)
         if not printer.quiet and (event.kind != "progress" or len(event.detail) < 60):
             print(format_event(event, t0), flush=True)
 
@@ -252,7 +257,9 @@ def _run_server(args: argparse.Namespace, remote: Remote, client: Client, dag: A
     ask = sys.stdin.isatty() and not args.json
     try:
         while True:
-            result = client.wait(task_id, decide=decide, on_event=show)
+            # --decide and the prompt: recorded by the token's principal.
+            result = client.wait(task_id, decide=decide, on_event=show,
+                                 comment="decided with ax run")
             if result.status != "PAUSED" or not ask:
                 break
             view = client.task_view(task_id)

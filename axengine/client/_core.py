@@ -498,7 +498,8 @@ class Core:
 
     def wait(self, task_id: str, timeout: float | None = None, *,
              decide: Mapping[str, str] | None = None,
-             on_event: Callable[[Event], None] | None = None) -> Op[RunResult]:
+             on_event: Callable[[Event], None] | None = None,
+             comment: str = "decided by the SDK") -> Op[RunResult]:
         """Wait until the task is final, or paused at a gate ``decide`` does not cover;
         return its :class:`~axengine.wire.RunResult`.
 
@@ -506,7 +507,10 @@ class Core:
             task_id: The task.
             timeout: Give up waiting after this many seconds (the task goes on).
             decide: Decisions for gates, by node id, made when they are reached.
-            on_event: Called with every event seen while waiting.
+            on_event: Called with every event of the task in commit order, up to the
+                moment the wait returns (a task already paused or final when the wait
+                starts shows its history too).
+            comment: The comment recorded with the decisions of ``decide``.
         """
         decide = dict(decide or {})
         end = None if timeout is None else time.monotonic() + timeout
@@ -528,7 +532,7 @@ class Core:
                 break
             gates = _pending_gates(task, decide, decided)
             for gate in gates:
-                yield from self.decide(task_id, gate, decide[gate], comment="decided by the SDK")
+                yield from self.decide(task_id, gate, decide[gate], comment=comment)
                 decided.add(gate)
             if task["status"] == "PAUSED" and not gates:
                 break
@@ -540,6 +544,11 @@ class Core:
                 # No stream (or it broke at once): poll instead of spinning.
                 yield Sleep(POLL_INTERVAL if end is None
                             else max(0.0, min(POLL_INTERVAL, end - time.monotonic())))
+        if on_event is not None:
+            # What the stream had not shown yet (all of it when the task was paused or
+            # final from the start): the caller sees the history before the result.
+            for event in (yield from self.events(task_id, after_seq=after_seq)):
+                take(event)
         return (yield from self.result(task_id))
 
     def run(self, dag: DagLike, input: Any = None, *, idempotency_key: str = "",

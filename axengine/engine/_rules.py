@@ -18,6 +18,7 @@ import hashlib
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from typing import Any
 
 from axengine import template
@@ -302,7 +303,7 @@ class _Builder:
                 gate_until=self.now + node.timeout,
             )
             self.write(snap)
-            self.event("paused", snap, f"waiting for a decision until {snap.gate_until:.0f}")
+            self.event("paused", snap, f"waiting for a decision until {utc(snap.gate_until)}")
             return []
         snap = replace(snap, state=NodeState.WAITING)
         self.write(snap)
@@ -566,6 +567,11 @@ def plan_complete(view: View, node_id: str, *, fence: int, outcome: Outcome, now
               if exhausted else message)
     b.fail(node, snap, reason, retryable=outcome.retryable, dead=exhausted)
     return b.plan
+
+
+def utc(at: float) -> str:
+    """``at`` (epoch seconds) as an ISO 8601 UTC time, for people reading events."""
+    return datetime.fromtimestamp(at, UTC).isoformat(timespec="seconds")
 
 
 def unavailable_delay(outcome: Unavailable, config: RuleConfig) -> float:
