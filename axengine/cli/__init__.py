@@ -26,6 +26,7 @@ from axengine.cli import (
     k8s,
     run,
     services,
+    simulate,
     snapshot,
     tasks,
     validate,
@@ -46,6 +47,7 @@ COMMANDS: tuple[Callable[[Any], None], ...] = (
     services.register,
     executor.register,
     k8s.register,
+    simulate.register,
     config.register,
 )
 
