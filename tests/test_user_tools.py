@@ -1,23 +1,27 @@
 """Your own tools: ``@ax.tool`` functions, the one registry, discovery and the example.
 
 Unit tests register into private registries; the discovery tests use unique names in
-the process registry; the example project is pip-installed into a temporary directory
-and run by ``ax`` in subprocesses (entry-point discovery is once per process).
+the process registry; the example project is pip-installed into a fresh virtual
+environment and run by that environment's ``ax`` in subprocesses (entry-point discovery
+is once per process).
 """
 
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import math
 import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import textwrap
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -322,40 +326,71 @@ def test_configured_modules_come_from_settings_and_environment(
 # ----------------------------------------------------------------------------- the example
 
 
+@dataclass(frozen=True)
+class Venv:
+    """A fresh virtual environment holding the example project, pip-installed."""
+
+    python: str
+    site: str
+    env: dict[str, str]
+
+
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    """The example project pip-installed (offline: no deps, no index) into a directory;
-    the environment of processes that see it through PYTHONPATH."""
+def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Venv]:
+    """The example project pip-installed into a fresh virtual environment, as a user
+    would (``pip install ./examples/ax-tools-demo``). Offline: the venv reaches ax and
+    its dependencies through a ``.pth`` line naming this checkout and the project's
+    own environment (the test does not download ax's dependencies again), and the
+    example is built without an index."""
     base = tmp_path_factory.mktemp("ax-tools-demo")
     source = base / "src"
     shutil.copytree(EXAMPLE, source, ignore=shutil.ignore_patterns("build", "*.egg-info"))
-    target = base / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",
-                    "--no-build-isolation", "--no-index", "--disable-pip-version-check",
-                    "--target", str(target), str(source)],
-                   check=True, timeout=60, capture_output=True)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("AX_")}
-    env["PYTHONPATH"] = os.pathsep.join([str(target), str(ROOT)])
-    yield env
+    venv = base / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
+                   timeout=60)
+    python = str(venv / "bin" / "python")
+    site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()"
+                           "['purelib'])"], check=True, capture_output=True, text=True,
+                          timeout=30).stdout.strip()
+    ours = sysconfig.get_paths()["purelib"]
+    (Path(site) / "ax-under-test.pth").write_text(f"{ROOT}\n{ours}\n")
+    subprocess.run([sys.executable, "-m", "pip", "--python", python, "install", "--quiet",
+                    "--no-deps", "--no-build-isolation", "--no-index",
+                    "--disable-pip-version-check", str(source)],
+                   check=True, timeout=120, capture_output=True)
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("AX_") and k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    yield Venv(python=python, site=site, env=env)
 
 
-def ax_cli(env: dict[str, str], *args: str,
-           cwd: Path = EXAMPLE) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "axengine.cli", *args], cwd=cwd, env=env,
+def ax_cli(venv: Venv, *args: str, cwd: Path = EXAMPLE) -> subprocess.CompletedProcess[str]:
+    """``ax ARGS`` run by the fresh venv's interpreter."""
+    return subprocess.run([venv.python, "-m", "axengine.cli", *args], cwd=cwd, env=venv.env,
                           capture_output=True, text=True, timeout=60)
 
 
-def test_example_validates_through_its_entry_point(installed: dict[str, str]) -> None:
+def test_the_example_is_installed_in_the_fresh_venv_only(installed: Venv) -> None:
+    where = subprocess.run(
+        [installed.python, "-c", "import ax_tools_demo, sys; print(ax_tools_demo.__file__); "
+         "print(sys.prefix)"], env=installed.env, capture_output=True, text=True,
+        check=True, timeout=30).stdout.split()
+    assert where[0].startswith(installed.site) and where[1] != sys.prefix
+    assert importlib.util.find_spec("ax_tools_demo") is None  # not in the test's env
+
+
+def test_example_validates_through_its_entry_point(installed: Venv) -> None:
     done = ax_cli(installed, "validate", "dags/quote.yaml")
     assert done.returncode == 0, done.stdout + done.stderr
     assert "OK dags/quote.yaml (3 nodes" in done.stdout
 
-    without = {**installed, "PYTHONPATH": str(ROOT)}
-    refused = ax_cli(without, "validate", "dags/quote.yaml")
+    # The test's own interpreter has ax but not the example: the tool is unknown.
+    refused = subprocess.run([sys.executable, "-m", "axengine.cli", "validate",
+                              "dags/quote.yaml"], cwd=EXAMPLE, env=installed.env,
+                             capture_output=True, text=True, timeout=60)
     assert refused.returncode == 1 and "word_stats" in refused.stdout + refused.stderr
 
 
-def test_example_runs_to_success(installed: dict[str, str], tmp_path: Path) -> None:
+def test_example_runs_to_success(installed: Venv, tmp_path: Path) -> None:
     done = ax_cli(installed, "run", "dags/quote.yaml", "--input", "dags/input.json",
                   "--home", str(tmp_path), "--json")
     assert done.returncode == 0, done.stdout + done.stderr
@@ -375,14 +410,14 @@ def test_example_runs_to_success(installed: dict[str, str], tmp_path: Path) -> N
     assert "tool 'price_quote': unknown SKU 'NOPE'" in failed["errors"]["quote"]
 
 
-def test_the_node_process_discovers_the_tools_too(installed: dict[str, str]) -> None:
+def test_the_node_process_discovers_the_tools_too(installed: Venv) -> None:
     """``python -m executors.run_node`` (the subprocess runner's node process) runs
     ``executors.handlers:handle``, which loads the ``ax.tools`` entry points."""
     start = {"request": {"task_id": "t", "node_id": "quote", "node_type": "tool_call",
                          "attempt": 1, "fence": 1, "config": {"tool": "price_quote"},
                          "input": {"sku": "AX-200", "quantity": 2}},
              "settings": {}, "handler": "executors.handlers:handle"}
-    node = subprocess.Popen([sys.executable, "-m", "executors.run_node"], env=installed,
+    node = subprocess.Popen([installed.python, "-m", "executors.run_node"], env=installed.env,
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
@@ -408,17 +443,18 @@ def test_the_node_process_discovers_the_tools_too(installed: dict[str, str]) -> 
 
 @pytest.mark.integration
 @pytest.mark.slow
-def test_example_runs_through_ax_api_and_ax_executor(installed: dict[str, str],
+def test_example_runs_through_ax_api_and_ax_executor(installed: Venv,
                                                      tmp_path: Path) -> None:
     """The API validates the DAG with the installed tools' names and an ``ax executor``
-    runs them: the same registry in every process that sees the package."""
+    of the fresh venv runs them: the same registry in every process that sees the
+    package."""
     from axengine.client import Client
     from tests.topology import Topology
 
-    path = installed["PYTHONPATH"]
-    with Topology(executors=0, root=tmp_path / "topo", api_env={"PYTHONPATH": path}) as topo:
+    with Topology(executors=0, root=tmp_path / "topo",
+                  api_env={"PYTHONPATH": installed.site}) as topo:
         index = topo.add_executor(start=False)
-        topo.executors[index].env["PYTHONPATH"] = path
+        topo.executors[index].argv[0] = installed.python
         topo.start_executor(index)
         with Client(topo.api_url, token=topo.token("submitter")) as client:
             result = client.run(EXAMPLE / "dags" / "quote.yaml",
