@@ -13,6 +13,7 @@ import os
 import pwd
 import resource
 import site
+import stat
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -210,6 +211,33 @@ def node_user(wanted: str | None) -> NodeUser:
                          f"running as root can run nodes as another user (this one is uid "
                          f"{euid})")
     return NodeUser(entry.pw_name, entry.pw_uid, entry.pw_gid, switch=True)
+
+
+def unreachable(path: str, user: NodeUser) -> str | None:
+    """Why ``user`` cannot reach ``path`` (a directory above it it may not search), or
+    None. Judged from the mode bits, owner and group of each existing ancestor — the
+    user's primary group only, no ACLs: a hint for a clear message, not a gate."""
+    current = os.path.dirname(os.path.abspath(path))
+    blocked = None
+    while True:
+        try:
+            info = os.stat(current)
+        except OSError:
+            info = None
+        if info is not None:
+            if info.st_uid == user.uid:
+                bit = stat.S_IXUSR
+            elif info.st_gid == user.gid:
+                bit = stat.S_IXGRP
+            else:
+                bit = stat.S_IXOTH
+            if not info.st_mode & bit:
+                blocked = (f"{current} is mode {stat.S_IMODE(info.st_mode):04o} (owner uid "
+                           f"{info.st_uid}), which user {user.name} may not enter")
+        parent = os.path.dirname(current)
+        if parent == current:
+            return blocked
+        current = parent
 
 
 def site_dirs() -> tuple[str, ...]:

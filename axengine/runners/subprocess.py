@@ -73,6 +73,7 @@ from axengine.runners._confinement import (
     node_user,
     package_roots,
     site_dirs,
+    unreachable,
 )
 from axengine.worker import Reported, RunContext
 from axengine.worker._context import FencedOut
@@ -544,6 +545,12 @@ class SubprocessRunner:
                          self.user.name)
             except OSError as exc:
                 log.warning("cannot prepare %s for node processes: %s", path, exc)
+            blocked = unreachable(path, self.user)
+            if blocked is not None:
+                log.warning("node processes (user %s) cannot reach %s: %s; nodes writing "
+                            "there will fail — choose a home (--home, handlers.mail_dir, "
+                            "handlers.llm_cache_dir) that user can reach, or "
+                            "subprocess.run_as_user", self.user.name, path, blocked)
 
     async def close(self) -> None:
         """Kill what still runs (the runner stays usable: a worker loop restarted after

@@ -90,6 +90,12 @@ def send_email(request: NodeRequest, ctx: NodeContext) -> Outcome:
         transport = _open(ctx.settings)
     except ValueError as exc:
         return Failure(f"node {request.node_id!r}: {exc}", retryable=False)
+    except PermissionError as exc:
+        # The local mailbox is out of this process's reach: no retry changes that.
+        return Failure(f"node {request.node_id!r}: the mailbox directory is not writable "
+                       f"by this node process (uid {os.geteuid()}): {exc}; set "
+                       "handlers.mail_dir (or --home) to a directory it can reach",
+                       retryable=False)
     except (OSError, smtplib.SMTPException) as exc:
         # Nothing was begun, so nothing can have been sent: a plain retry is safe.
         return Failure(f"cannot reach the mail server for {key}: {exc}", retryable=True)

@@ -35,6 +35,7 @@ from axengine.runners import (
     SubprocessSettings,
     make_runners,
 )
+from axengine.runners._confinement import NodeUser, unreachable
 from axengine.runners.subprocess import node_limits
 from axengine.worker import RunContext
 from executors.contract import Failure, NodeRequest, Success, Unavailable
@@ -159,6 +160,39 @@ def test_the_financial_example_completes_in_node_processes(
         assert owner == 65534
     record_property("summary", f"financial example, --runner subprocess: {took:.2f}s, "
                     f"mail written by uid {owner}")
+
+
+def test_unreachable_names_the_directory_the_node_user_may_not_enter(
+        home: Path) -> None:
+    nobody = NodeUser("nobody", 65534, 65534, switch=True)
+    private = home / "private"
+    (private / "deep").mkdir(parents=True)
+    private.chmod(0o700)
+    assert unreachable(str(home / "mail"), nobody) is None
+    why = unreachable(str(private / "deep" / "mail"), nobody)
+    assert why == (f"{private} is mode 0700 (owner uid {os.geteuid()}), which user nobody "
+                   "may not enter")
+    owner = NodeUser("me", os.geteuid(), os.getegid(), switch=False)
+    assert unreachable(str(private / "deep" / "mail"), owner) is None
+
+
+@pytest.mark.skipif(not AS_ROOT, reason="nodes switch to another user only under root")
+def test_a_mailbox_the_node_user_cannot_reach_fails_once_and_clearly(
+        home: Path, capsys: pytest.CaptureFixture[str],
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Under root, nodes run as nobody: a home inside a private (0700) directory is out
+    of their reach. The runner says so, and the mail node fails at once, not retried."""
+    private = home / "private"
+    private.mkdir(mode=0o700)
+    with caplog.at_level("WARNING", logger="axengine"):
+        code = ax(["run", DAG, "--input", ACME, "--home", str(private / "home"),
+                   "--runner", "subprocess", "--json"])
+    result = json.loads(capsys.readouterr().out)
+    assert code == 1 and result["states"]["send_medium_risk_email"] == "FAILED"
+    error = result["errors"]["send_medium_risk_email"]
+    assert "the mailbox directory is not writable by this node process (uid 65534)" in error
+    assert "set handlers.mail_dir (or --home)" in error
+    assert f"{private} is mode 0700" in caplog.text and "cannot reach" in caplog.text
 
 
 def test_the_choices_and_what_a_node_may_ask() -> None:
