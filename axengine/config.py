@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from axengine.settings import DEFAULT_PREFIX, AxSettings, load_settings
+from axengine.settings import DEFAULT_PREFIX, AxSettings, WorkerSettings, load_settings
 
 __all__ = ["DEFAULT_PREFIX", "AxConfig"]
 
@@ -46,6 +46,8 @@ class AxConfig:
     server: str = ""
     #: File holding the bearer token for ``server``.
     token_file: Path | None = None
+    #: ``[worker]``: how an executor of this process shares its slots between lanes.
+    worker: WorkerSettings = field(default_factory=WorkerSettings)
 
     @property
     def resolved_store_url(self) -> str:
@@ -66,7 +68,7 @@ class AxConfig:
         return cls(home=settings.home, store_url=settings.store, queue_url=settings.queue,
                    blob_dir=settings.blobs, prefix=settings.prefix,
                    handler_settings=settings.handler_settings(), server=settings.server,
-                   token_file=settings.token_file)
+                   token_file=settings.token_file, worker=settings.worker)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> AxConfig:

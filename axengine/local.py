@@ -103,7 +103,9 @@ class LocalSession:
             executor=ExecutorSpec(concurrency=concurrency, lease_seconds=lease_seconds,
                                   grace_seconds=grace_seconds, settings=settings,
                                   lanes=lanes, handler=handler, poll_timeout=0.2,
-                                  runners=built, runner=runner)))
+                                  runners=built, runner=runner,
+                                  fast_share=self.config.worker.fast_share,
+                                  aging_seconds=self.config.worker.aging_seconds)))
         self._changed: dict[str, asyncio.Event] = {}
 
     @property

@@ -40,7 +40,13 @@ from axengine.config import AxConfig
 from axengine.engine import Engine, EngineConfig, Reconciler
 from axengine.errors import AxError
 from axengine.owners import host_pid_owner
-from axengine.queue import DEFAULT_LANE, FAST_LANE, WorkQueue
+from axengine.queue import (
+    DEFAULT_AGING_SECONDS,
+    DEFAULT_FAST_SHARE,
+    DEFAULT_LANE,
+    FAST_LANE,
+    WorkQueue,
+)
 from axengine.wiring import Runtime, build_runtime, open_queue
 from axengine.worker import THREAD, EngineClient, Runner
 from axengine.worker._process import DEFAULT_GRACE_SECONDS, Executor, ShutdownReport
@@ -71,6 +77,10 @@ class ExecutorSpec:
         runners: Runners besides ``thread`` (which runs ``handler`` in this process), by
             name.
         runner: The runner of nodes that do not name one.
+        fast_share: Share of ``concurrency`` the fast lane may occupy at once (at least
+            one slot; 1.0: no cap); other lanes may use every slot.
+        aging_seconds: An item waiting this long is popped before every lane and
+            priority; None: strict lane order.
     """
 
     concurrency: int = 4
@@ -84,6 +94,8 @@ class ExecutorSpec:
     observe: Callable[[str, str, str, Any], None] | None = None
     runners: Mapping[str, Runner] = field(default_factory=dict)
     runner: str = THREAD
+    fast_share: float = DEFAULT_FAST_SHARE
+    aging_seconds: float | None = DEFAULT_AGING_SECONDS
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -235,7 +247,8 @@ class AxProcess:
                         lanes=spec.lanes, handler=spec.handler or default_handler(),
                         poll_timeout=spec.poll_timeout,
                         observe=spec.observe, clock=self.shape.clock,
-                        runners=spec.runners, runner=spec.runner)
+                        runners=spec.runners, runner=spec.runner,
+                        fast_share=spec.fast_share, aging_seconds=spec.aging_seconds)
 
     async def reconcile_once(self) -> None:
         """One reconciler pass now, if this process leads (a no-op without one)."""

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, SecretStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
@@ -46,6 +46,7 @@ from pydantic_settings import (
 
 from axengine.credentials import MASK, redact_url
 from axengine.errors import AxError
+from axengine.queue import DEFAULT_AGING_SECONDS, DEFAULT_FAST_SHARE
 
 __all__ = [
     "CONFIG_ENV",
@@ -58,6 +59,7 @@ __all__ = [
     "LoadedSettings",
     "SettingsError",
     "ToolsSettings",
+    "WorkerSettings",
     "config_file_in_use",
     "display_value",
     "load_settings",
@@ -127,6 +129,19 @@ class ToolsSettings(BaseModel):
     modules: list[str] = []
 
 
+class WorkerSettings(BaseModel):
+    """``[worker]``: how the executor of a process shares its slots between lanes
+    (docs/queues.md#lanes)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    #: Share of the executor's concurrency the fast lane may occupy at once (rounded
+    #: down, at least one slot; 1.0: no cap). The default lane may use every slot.
+    fast_share: float = Field(default=DEFAULT_FAST_SHARE, gt=0, le=1)
+    #: Seconds after which a waiting item is served before every lane and priority.
+    aging_seconds: float = Field(default=DEFAULT_AGING_SECONDS, ge=0)
+
+
 class AxSettings(BaseSettings):
     """Every setting of an ax process. Build it with :func:`load_settings`.
 
@@ -152,6 +167,7 @@ class AxSettings(BaseSettings):
     #: Free-form; its schema belongs to executors/llm. Passed as ``handler_settings["llm"]``.
     llm: dict[str, Any] = {}
     tools: ToolsSettings = ToolsSettings()
+    worker: WorkerSettings = WorkerSettings()
 
     @classmethod
     def settings_customise_sources(

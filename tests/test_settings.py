@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -223,3 +224,20 @@ def test_ax_run_works_from_another_directory(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["status"] == "SUCCEEDED"
     assert (tmp_path / ".ax" / "ax.db").exists()
+
+
+def test_worker_lane_settings_reach_the_embedded_executor(tmp_path: Path) -> None:
+    (tmp_path / "ax.toml").write_text("[worker]\nfast_share = 0.25\n")
+    config = AxConfig.from_env(env={"AX_CONFIG": str(tmp_path / "ax.toml"),
+                                    "AX_WORKER__AGING_SECONDS": "5"}, home=tmp_path)
+    assert (config.worker.fast_share, config.worker.aging_seconds) == (0.25, 5.0)
+
+    async def started() -> tuple[float, float | None]:
+        async with LocalSession(config, concurrency=8) as session:
+            executor = session.process.executor
+            assert executor is not None
+            return executor.fast_share, executor.aging_seconds
+
+    assert asyncio.run(started()) == (0.25, 5.0)
+    with pytest.raises(SettingsError, match="fast_share"):
+        AxConfig.from_env(env={"AX_WORKER__FAST_SHARE": "1.5"})

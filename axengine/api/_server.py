@@ -181,7 +181,8 @@ class ApiServer:
                 concurrency=options.worker_concurrency, lease_seconds=options.lease_seconds,
                 settings=options.config.handler_settings, poll_timeout=0.2,
                 observe=self.metrics.completed, runners=options.runners,
-                runner=options.runner)
+                runner=options.runner, fast_share=options.config.worker.fast_share,
+                aging_seconds=options.config.worker.aging_seconds)
         self.process = AxProcess(Shape(
             config=options.config, executor=executor,
             reconcile_interval=options.reconcile_interval,

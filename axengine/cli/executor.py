@@ -115,14 +115,17 @@ def cmd_executor(args: argparse.Namespace) -> int:
         runners = make_runners([args.runner], kube=kube_options(args))
     except AxError as exc:
         return fail(str(exc))
-    handler_settings = {**AxConfig.from_env().handler_settings, **extra}
+    configured = AxConfig.from_env()
+    handler_settings = {**configured.handler_settings, **extra}
     shape = Shape(
         config=AxConfig(queue_url=args.queue), remote=RemoteApi(address=args.api, token=token),
         reconcile_interval=None,
         executor=ExecutorSpec(
             worker_id=args.worker_id, concurrency=args.concurrency, lease_seconds=args.lease,
             grace_seconds=args.grace, lanes=tuple(args.lane or (FAST_LANE, DEFAULT_LANE)),
-            settings=handler_settings, runners=runners, runner=args.runner))
+            settings=handler_settings, runners=runners, runner=args.runner,
+            fast_share=configured.worker.fast_share,
+            aging_seconds=configured.worker.aging_seconds))
 
     def announce(process: AxProcess) -> None:
         assert process.executor is not None

@@ -136,8 +136,9 @@ class Reconciler:
                         if ident not in queued or now - since >= self.stuck_after:
                             # Duplicates are harmless: the claim admits one worker.
                             delay = max(0.0, snap.not_before - now)
-                            await engine.queue.enqueue([WorkItem(*ident, node.lane)],
-                                                       delay=delay)
+                            await engine.queue.enqueue(
+                                [WorkItem(*ident, node.lane, priority=task.priority)],
+                                delay=delay)
                             report.requeued.append(ident)
                             still_waiting[ident] = now
         self._waiting_since = still_waiting

@@ -270,14 +270,16 @@ class Engine(EngineReads):
     async def _after_commit(self, view: View, plan: rules.Plan) -> None:
         if plan.enqueue:
             dag = view.dag
-            now_items = [WorkItem(view.task.task_id, n, dag.nodes[n].lane)
+            now_items = [WorkItem(view.task.task_id, n, dag.nodes[n].lane,
+                                  priority=view.task.priority)
                          for n, delay in plan.enqueue if delay <= 0]
             if now_items:
                 await self.queue.enqueue(now_items)
             for n, delay in plan.enqueue:
                 if delay > 0:
                     await self.queue.enqueue(
-                        [WorkItem(view.task.task_id, n, dag.nodes[n].lane)], delay=delay)
+                        [WorkItem(view.task.task_id, n, dag.nodes[n].lane,
+                                  priority=view.task.priority)], delay=delay)
             faults.point("after-enqueue")
         task = plan.task or view.task
         for listener in self._listeners:

@@ -10,7 +10,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from axengine.queue._keys import QueueKeys
-from axengine.queue._protocol import DEFAULT_LANE, FAST_LANE, WorkItem, WorkQueue
+from axengine.queue._protocol import (
+    DEFAULT_AGING_SECONDS,
+    DEFAULT_FAST_SHARE,
+    DEFAULT_LANE,
+    FAST_LANE,
+    WorkItem,
+    WorkQueue,
+)
 from axengine.queue.inprocess import InProcessQueue
 from axengine.queue.settings import RedisSettings
 
@@ -18,6 +25,8 @@ if TYPE_CHECKING:
     from axengine.queue.redis import RedisQueue
 
 __all__ = [
+    "DEFAULT_AGING_SECONDS",
+    "DEFAULT_FAST_SHARE",
     "DEFAULT_LANE",
     "FAST_LANE",
     "InProcessQueue",

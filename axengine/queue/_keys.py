@@ -18,7 +18,17 @@ class QueueKeys:
     prefix: str = "ax"
 
     def lane(self, lane: str) -> str:
+        """Waiting items of ``lane`` in pop order (a sorted set; a list before
+        priorities were honoured)."""
         return f"{self.prefix}:lane:{lane}"
+
+    def since(self, lane: str) -> str:
+        """The same items by the time they started waiting (for aging)."""
+        return f"{self.prefix}:since:{lane}"
+
+    def position(self) -> str:
+        """Counter that orders items of equal priority within a lane."""
+        return f"{self.prefix}:position"
 
     def processing(self, worker_id: str) -> str:
         return f"{self.prefix}:processing:{worker_id}"

@@ -3,13 +3,16 @@
 Semantics match :class:`axengine.queue.redis.RedisQueue` (one conformance suite checks
 both, see ``docs/queues.md``):
 
-- Lanes are FIFO. ``pop`` serves the lanes in the order given (fast first by default).
+- Within a lane, higher priority pops first and equal priorities pop in enqueue order.
+  ``pop`` serves the lanes in the order given (fast first by default); with ``aging``,
+  an item that has waited that long is served first, oldest first, whatever its lane.
 - Duplicates are kept: enqueueing an item already waiting in a lane delivers it twice; the
   engine's claim makes the second delivery a no-op.
 - The delayed set holds an item at most once: scheduling it again replaces its due time
   (like ``ZADD`` on the Redis sorted set).
-- ``requeue`` without delay and ``recover`` put items back at the *front* of their lane,
-  oldest first, because they were already at the head of the line when popped.
+- ``requeue`` without delay and ``recover`` put items back at the *front* of their
+  priority in their lane, oldest first, because they were already at the head of the
+  line when popped. Their waiting time (for ``aging``) starts again.
 - ``requeue`` schedules the item even when ``worker_id`` no longer holds it: losing work is
   worse than delivering it twice.
 
@@ -23,30 +26,84 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
-from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from types import TracebackType
 
+from axengine.clock import SYSTEM, Clock
 from axengine.errors import QueueError
 from axengine.queue._protocol import DEFAULT_LANE, FAST_LANE, WorkItem
 
 __all__ = ["InProcessQueue"]
 
 
+@dataclass(eq=False, slots=True)
+class _Waiting:
+    item: WorkItem
+    since: float
+    taken: bool = False
+
+
+class _Lane:
+    """The items waiting in one lane, in two orders: by (priority, sequence) for the head
+    of the line, by waiting time for aging. Taking an item marks it; both heaps drop
+    marked entries lazily."""
+
+    def __init__(self) -> None:
+        self._line: list[tuple[int, int, _Waiting]] = []
+        self._age: list[tuple[float, int, _Waiting]] = []
+        self._count = 0
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __iter__(self) -> Iterator[WorkItem]:
+        return (w.item for _, _, w in self._line if not w.taken)
+
+    def add(self, item: WorkItem, seq: int, since: float) -> None:
+        waiting = _Waiting(item, since)
+        heapq.heappush(self._line, (-item.priority, seq, waiting))
+        heapq.heappush(self._age, (since, seq, waiting))
+        self._count += 1
+
+    def head(self) -> _Waiting | None:
+        while self._line and self._line[0][2].taken:
+            heapq.heappop(self._line)
+        return self._line[0][2] if self._line else None
+
+    def oldest(self) -> _Waiting | None:
+        while self._age and self._age[0][2].taken:
+            heapq.heappop(self._age)
+        return self._age[0][2] if self._age else None
+
+    def take(self, waiting: _Waiting) -> WorkItem:
+        waiting.taken = True
+        self._count -= 1
+        return waiting.item
+
+
 class InProcessQueue:
     """A :class:`~axengine.queue.WorkQueue` held in memory, for the embedded engine.
 
     Bound to the event loop that first waits on it; create one per loop.
+
+    Args:
+        clock: Measures how long items wait (for ``pop``'s ``aging``); delays follow
+            the event loop's clock.
     """
 
-    def __init__(self) -> None:
-        self._lanes: dict[str, deque[WorkItem]] = {}
+    def __init__(self, *, clock: Clock = SYSTEM) -> None:
+        self._clock = clock
+        self._lanes: dict[str, _Lane] = {}
         self._processing: dict[str, list[WorkItem]] = {}
         # The heap may hold stale entries for rescheduled items; ``_delayed`` says which
         # (due, seq) entry is current for each item, like a sorted set's single score.
         self._delayed: dict[WorkItem, tuple[float, int]] = {}
         self._heap: list[tuple[float, int, WorkItem]] = []
         self._seq = itertools.count()
+        # Positions in a lane: enqueued items take n, items put back at the front -n,
+        # from one counter, so the front grows forwards and the tail backwards.
+        self._position = itertools.count(1)
         self._changed = asyncio.Condition()
         self._closed = False
 
@@ -79,7 +136,7 @@ class InProcessQueue:
                     self._schedule(item, due)
             else:
                 for item in items:
-                    self._lane(item.lane).append(item)
+                    self._append(item)
             # Waiters recompute their bound too: a new delayed item may be due sooner.
             self._changed.notify_all()
 
@@ -89,14 +146,18 @@ class InProcessQueue:
         *,
         lanes: Sequence[str] = (FAST_LANE, DEFAULT_LANE),
         timeout: float = 1.0,
+        aging: float | None = None,
     ) -> WorkItem | None:
-        """Move the oldest item of the first non-empty lane into ``worker_id``'s
-        processing list and return it.
+        """Move the next item into ``worker_id``'s processing list and return it: the
+        oldest item that has waited ``aging`` seconds, else the head of the first
+        non-empty lane (highest priority, then oldest).
 
         Args:
             worker_id: Owner of the processing list the item moves into.
-            lanes: Lanes to serve, highest priority first.
+            lanes: Lanes to serve, preferred first.
             timeout: Seconds to wait for an item; 0 returns at once.
+            aging: Seconds after which a waiting item is served before every lane and
+                priority; None: never.
 
         Returns:
             The item, or None when nothing arrived in time or the queue was closed while
@@ -115,7 +176,7 @@ class InProcessQueue:
             while not self._closed:
                 now = loop.time()
                 self._release_due(now)
-                item = self._take(worker_id, lanes)
+                item = self._take(worker_id, lanes, aging)
                 if item is not None:
                     return item
                 wait = deadline - now
@@ -142,8 +203,8 @@ class InProcessQueue:
             held.remove(item)
 
     async def requeue(self, worker_id: str, item: WorkItem, *, delay: float = 0.0) -> None:
-        """Move ``item`` from the processing list back to the front of its lane, or into
-        the delayed set ``delay`` seconds from now.
+        """Move ``item`` from the processing list back to the front of its priority in
+        its lane, or into the delayed set ``delay`` seconds from now.
 
         Raises:
             QueueError: The queue is closed.
@@ -154,7 +215,7 @@ class InProcessQueue:
             if delay > 0:
                 self._schedule(item, asyncio.get_running_loop().time() + delay)
             else:
-                self._lane(item.lane).appendleft(item)
+                self._put_front(item)
             self._changed.notify_all()
 
     async def recover(self, worker_id: str) -> int:
@@ -168,7 +229,7 @@ class InProcessQueue:
         async with self._changed:
             held = self._processing.pop(worker_id, [])
             for item in reversed(held):
-                self._lane(item.lane).appendleft(item)
+                self._put_front(item)
             if held:
                 self._changed.notify_all()
             return len(held)
@@ -205,17 +266,32 @@ class InProcessQueue:
         if self._closed:
             raise QueueError("the in-process queue is closed; create a new InProcessQueue")
 
-    def _lane(self, lane: str) -> deque[WorkItem]:
-        return self._lanes.setdefault(lane, deque())
+    def _lane(self, lane: str) -> _Lane:
+        return self._lanes.setdefault(lane, _Lane())
 
-    def _take(self, worker_id: str, lanes: Sequence[str]) -> WorkItem | None:
-        for lane in lanes:
-            waiting = self._lanes.get(lane)
-            if waiting:
-                item = waiting.popleft()
-                self._processing.setdefault(worker_id, []).append(item)
-                return item
-        return None
+    def _append(self, item: WorkItem) -> None:
+        self._lane(item.lane).add(item, next(self._position), self._clock.monotonic())
+
+    def _put_front(self, item: WorkItem) -> None:
+        self._lane(item.lane).add(item, -next(self._position), self._clock.monotonic())
+
+    def _take(self, worker_id: str, lanes: Sequence[str],
+              aging: float | None) -> WorkItem | None:
+        served = [lane for name in lanes if (lane := self._lanes.get(name))]
+        if not served:
+            return None
+        pick: tuple[_Lane, _Waiting | None] = (served[0], served[0].head())
+        if aging is not None:
+            due = self._clock.monotonic() - aging
+            aged = [(lane, oldest) for lane in served
+                    if (oldest := lane.oldest()) is not None and oldest.since <= due]
+            if aged:  # min() keeps the first of equals: lane order breaks ties
+                pick = min(aged, key=lambda each: each[1].since)
+        lane, waiting = pick
+        assert waiting is not None  # a non-empty lane has a head
+        item = lane.take(waiting)
+        self._processing.setdefault(worker_id, []).append(item)
+        return item
 
     def _schedule(self, item: WorkItem, due: float) -> None:
         seq = next(self._seq)
@@ -227,7 +303,7 @@ class InProcessQueue:
             due, seq, item = heapq.heappop(self._heap)
             if self._delayed.get(item) == (due, seq):
                 del self._delayed[item]
-                self._lane(item.lane).append(item)
+                self._append(item)
 
     def _next_due(self) -> float | None:
         while self._heap:

@@ -1,8 +1,11 @@
-"""The Redis work queue: lists per lane, a processing list per worker, a delayed zset.
+"""The Redis work queue: sorted sets per lane, a processing list per worker, a delayed
+zset.
 
 Key layout (:class:`~axengine.queue.QueueKeys`, prefix ``ax`` by default)::
 
-    {prefix}:lane:{lane}           list   LPUSH at the tail, consumed from the right
+    {prefix}:lane:{lane}           zset   score = -priority, member = position + item
+    {prefix}:since:{lane}          zset   the same members, score = enqueue time (server)
+    {prefix}:position              string counter ordering equal priorities (FIFO)
     {prefix}:processing:{worker}   list   items a worker popped and has not acked
     {prefix}:delayed               zset   member = encoded item, score = due (server time)
     {prefix}:workers               set    workers that may hold a processing list
@@ -11,16 +14,20 @@ Key layout (:class:`~axengine.queue.QueueKeys`, prefix ``ax`` by default)::
 
 Every multi-key change is one Lua script (atomic on the server); the scripts derive lane
 keys from the lane name encoded in each item, so in a Redis Cluster the prefix must be a
-hash tag (``{ax}``). Due times come from the server clock (``TIME``), so workers with
-skewed clocks agree on when a delayed item is due.
+hash tag (``{ax}``). Due and enqueue times come from the server clock (``TIME``), so
+workers with skewed clocks agree on when a delayed item is due and how long one waited.
 
-``pop`` first runs one script that releases due delayed items and moves the head of the
-first non-empty lane into the processing list. Redis has no blocking move over several
-source lists, so when every lane is empty ``pop`` blocks with ``BLPOP`` on the wake-up
-list for at most ``poll_interval`` seconds, then tries the script again, until the
-timeout. Every item made poppable (enqueue, requeue, recover) pushes a token to that
-list, so an item in any lane wakes a waiting ``pop`` at once;
-a delayed item that becomes due is seen at most ``poll_interval`` late. Every move stays a
+A lane key written by an earlier version is a list of three-field items; the first
+script that touches it turns it into a sorted set (priority 0, oldest first).
+
+``pop`` first runs one script that releases due delayed items and moves the next item
+(the oldest one waiting ``aging`` seconds, else the head of the first non-empty lane:
+highest priority, then lowest position) into the processing list. Redis has no
+blocking move over several sorted sets, so when every lane is empty ``pop`` blocks with
+``BLPOP`` on the wake-up list for at most ``poll_interval`` seconds, then tries the
+script again, until the timeout. Every item made poppable (enqueue, requeue, recover)
+pushes a token to that list, so an item in any lane wakes a waiting ``pop`` at once; a
+delayed item that becomes due is seen at most ``poll_interval`` late. Every move stays a
 server-side atomic move, so a crash never drops a popped item between two commands.
 
 Credentials: the password comes from the URL or from ``password_file``, which is read for
@@ -61,37 +68,122 @@ _MIN_BLOCK = 0.001
 #: Longest wake-up list kept; extra tokens only cause a spurious (cheap) wake-up.
 WAKE_MAX = 10_000
 
-# Shared Lua helper: the lane of an encoded item is the text before the first \x1f.
-_LANE_OF = """
-local function lane_of(item)
-  local sep = string.find(item, '\\031', 1, true)
-  if sep == nil then return nil end
-  return string.sub(item, 1, sep - 1)
+# Shared Lua helpers. Every script sets LANE, SINCE (key prefixes a lane name is appended
+# to) and POS (the position counter) first. A lane is a sorted set: score = -priority,
+# member = 16 hex digits of position + encoded item, so equal priorities pop in position
+# order (Redis orders equal scores by member). Enqueued items take ORIGIN + n, items put
+# back at the front ORIGIN - n, n from one counter. SINCE holds the same members scored
+# by the time they started waiting (server clock).
+_COMMON = """
+local SEP = '\\031'
+local ORIGIN = 4503599627370496
+local LANE, SINCE, POS
+local function fields(item)
+  local out, start = {}, 1
+  while true do
+    local sep = string.find(item, SEP, start, true)
+    if sep == nil then out[#out + 1] = string.sub(item, start) return out end
+    out[#out + 1] = string.sub(item, start, sep - 1)
+    start = sep + 1
+  end
+end
+local function now()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) + tonumber(t[2]) / 1000000
+end
+local function add(lane, item, front, since)
+  local n = redis.call('INCR', POS)
+  local member = string.format('%016x', front and ORIGIN - n or ORIGIN + n) .. item
+  redis.call('ZADD', LANE .. lane, 0 - (tonumber(fields(item)[4]) or 0), member)
+  redis.call('ZADD', SINCE .. lane, since, member)
+end
+-- The lane's key, after turning a list written by an earlier version into a sorted set
+-- (oldest first; they start waiting now).
+local function ready(lane, t)
+  local key = LANE .. lane
+  if redis.call('TYPE', key).ok == 'list' then
+    local old = redis.call('LRANGE', key, 0, -1)
+    redis.call('DEL', key)
+    for i = #old, 1, -1 do add(lane, old[i], false, t) end
+  end
+  return key
+end
+-- Put an encoded item in its lane; its lane, or nil for a malformed item.
+local function put(item, front, since)
+  local f = fields(item)
+  if #f < 3 then return nil end
+  ready(f[1], since)
+  add(f[1], item, front, since)
+  return f[1]
+end
+-- Remove one item of the same lane, task and node (any priority) from a processing list.
+local function unhold(key, item)
+  local f = fields(item)
+  local ident = f[1] .. SEP .. f[2] .. SEP .. f[3]
+  for _, held in ipairs(redis.call('LRANGE', key, 0, -1)) do
+    if held == ident or string.sub(held, 1, #ident + 1) == ident .. SEP then
+      return redis.call('LREM', key, 1, held)
+    end
+  end
+  return 0
 end
 """
 
-# KEYS: delayed, processing, workers, lanes-set, lane keys in priority order...
-# ARGV: lane key prefix, worker id, release batch size
-_POP = _LANE_OF + """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[3]))
-for _, item in ipairs(due) do
-  local lane = lane_of(item)
-  if lane ~= nil then
-    redis.call('LPUSH', ARGV[1] .. lane, item)
-    redis.call('SADD', KEYS[4], lane)
-  end
-  redis.call('ZREM', KEYS[1], item)
+# KEYS: delayed, processing, workers, lanes-set, position
+# ARGV: lane prefix, since prefix, worker id, release batch, aging ('' = none), lanes...
+_POP = _COMMON + """
+LANE, SINCE, POS = ARGV[1], ARGV[2], KEYS[5]
+local t = now()
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', t, 'WITHSCORES', 'LIMIT', 0,
+                       tonumber(ARGV[4]))
+for i = 1, #due, 2 do
+  local lane = put(due[i], false, tonumber(due[i + 1]))
+  if lane ~= nil then redis.call('SADD', KEYS[4], lane) end
+  redis.call('ZREM', KEYS[1], due[i])
 end
-redis.call('SADD', KEYS[3], ARGV[2])
-for i = 5, #KEYS do
-  local item = redis.call('LMOVE', KEYS[i], KEYS[2], 'RIGHT', 'LEFT')
-  if item then return {'item', item} end
+redis.call('SADD', KEYS[3], ARGV[3])
+local lane, member
+if ARGV[5] ~= '' then
+  local oldest = t - tonumber(ARGV[5])
+  for i = 6, #ARGV do
+    ready(ARGV[i], t)
+    local first = redis.call('ZRANGE', SINCE .. ARGV[i], 0, 0, 'WITHSCORES')
+    if first[1] and tonumber(first[2]) <= oldest then
+      lane, member, oldest = ARGV[i], first[1], tonumber(first[2])
+    end
+  end
+end
+if lane == nil then
+  for i = 6, #ARGV do
+    local head = redis.call('ZRANGE', ready(ARGV[i], t), 0, 0)
+    if head[1] then lane, member = ARGV[i], head[1] break end
+  end
+end
+if lane ~= nil then
+  redis.call('ZREM', LANE .. lane, member)
+  redis.call('ZREM', SINCE .. lane, member)
+  local item = string.sub(member, 17)
+  redis.call('LPUSH', KEYS[2], item)
+  return {'item', item}
 end
 local nxt = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-if nxt[2] then return {'wait', tostring(tonumber(nxt[2]) - now)} end
+if nxt[2] then return {'wait', tostring(tonumber(nxt[2]) - t)} end
 return {'empty', ''}
+"""
+
+# KEYS: lanes-set, wake, position.  ARGV: lane prefix, since prefix, wake max, items...
+_ENQUEUE = _COMMON + """
+LANE, SINCE, POS = ARGV[1], ARGV[2], KEYS[3]
+local t = now()
+for i = 4, #ARGV do
+  local lane = put(ARGV[i], false, t)
+  if lane ~= nil then
+    redis.call('SADD', KEYS[1], lane)
+    redis.call('LPUSH', KEYS[2], '1')
+  end
+end
+redis.call('LTRIM', KEYS[2], 0, tonumber(ARGV[3]) - 1)
+return #ARGV - 3
 """
 
 # KEYS: delayed.  ARGV: delay seconds, encoded items...
@@ -102,55 +194,76 @@ for i = 2, #ARGV do redis.call('ZADD', KEYS[1], due, ARGV[i]) end
 return #ARGV - 1
 """
 
-# KEYS: processing, lane, delayed, lanes-set, wake.  ARGV: item, delay seconds, lane name
-_REQUEUE = """
-redis.call('LREM', KEYS[1], 1, ARGV[1])
-local delay = tonumber(ARGV[2])
+# KEYS: processing.  ARGV: item
+_ACK = _COMMON + """
+return unhold(KEYS[1], ARGV[1])
+"""
+
+# KEYS: processing, delayed, lanes-set, wake, position
+# ARGV: lane prefix, since prefix, item, delay seconds
+_REQUEUE = _COMMON + """
+LANE, SINCE, POS = ARGV[1], ARGV[2], KEYS[5]
+unhold(KEYS[1], ARGV[3])
+local delay = tonumber(ARGV[4])
 if delay > 0 then
-  local t = redis.call('TIME')
-  redis.call('ZADD', KEYS[3], tonumber(t[1]) + tonumber(t[2]) / 1000000 + delay, ARGV[1])
+  redis.call('ZADD', KEYS[2], now() + delay, ARGV[3])
 else
-  redis.call('RPUSH', KEYS[2], ARGV[1])
-  redis.call('SADD', KEYS[4], ARGV[3])
-  redis.call('LPUSH', KEYS[5], '1')
+  local lane = put(ARGV[3], true, now())
+  if lane ~= nil then
+    redis.call('SADD', KEYS[3], lane)
+    redis.call('LPUSH', KEYS[4], '1')
+  end
 end
 return 1
 """
 
-# KEYS: processing, workers, lanes-set, wake.  ARGV: lane key prefix, worker id
-# LPOP takes the most recently popped item first; RPUSH-ing in that order leaves the
-# oldest at the consuming (right) end, so items come back oldest first.
-_RECOVER = _LANE_OF + """
+# KEYS: processing, workers, lanes-set, wake, position
+# ARGV: lane prefix, since prefix, worker id
+# LPOP takes the most recently popped item first; each goes in front of the previous
+# one, so items come back oldest popped first.
+_RECOVER = _COMMON + """
+LANE, SINCE, POS = ARGV[1], ARGV[2], KEYS[5]
+local t = now()
 local n = 0
 while true do
   local item = redis.call('LPOP', KEYS[1])
   if not item then break end
-  local lane = lane_of(item)
+  local lane = put(item, true, t)
   if lane ~= nil then
-    redis.call('RPUSH', ARGV[1] .. lane, item)
     redis.call('SADD', KEYS[3], lane)
     redis.call('LPUSH', KEYS[4], '1')
     n = n + 1
   end
 end
-redis.call('SREM', KEYS[2], ARGV[2])
+redis.call('SREM', KEYS[2], ARGV[3])
 return n
 """
 
-# KEYS: lanes-set, delayed, workers.  ARGV: lane key prefix, processing key prefix
+# KEYS: lanes-set, delayed, workers, position.
+# ARGV: lane prefix, since prefix, processing key prefix
 # One script so the answer is a consistent snapshot: an item moving from a lane into a
 # processing list cannot be missed by reading the two keys at different moments.
-_QUEUED = """
+_QUEUED = _COMMON + """
+LANE, SINCE, POS = ARGV[1], ARGV[2], KEYS[4]
+local t = now()
 local out = {}
-local function add(list) for _, v in ipairs(list) do out[#out + 1] = v end end
-for _, lane in ipairs(redis.call('SMEMBERS', KEYS[1])) do
-  add(redis.call('LRANGE', ARGV[1] .. lane, 0, -1))
+local function add_all(list, skip)
+  for _, v in ipairs(list) do out[#out + 1] = string.sub(v, skip + 1) end
 end
-add(redis.call('ZRANGE', KEYS[2], 0, -1))
+for _, lane in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+  add_all(redis.call('ZRANGE', ready(lane, t), 0, -1), 16)
+end
+add_all(redis.call('ZRANGE', KEYS[2], 0, -1), 0)
 for _, worker in ipairs(redis.call('SMEMBERS', KEYS[3])) do
-  add(redis.call('LRANGE', ARGV[2] .. worker, 0, -1))
+  add_all(redis.call('LRANGE', ARGV[3] .. worker, 0, -1), 0)
 end
 return out
+"""
+
+# KEYS: position.  ARGV: lane prefix, since prefix, lane
+_DEPTH = _COMMON + """
+LANE, SINCE, POS = ARGV[1], ARGV[2], KEYS[1]
+return redis.call('ZCARD', ready(ARGV[3], now()))
 """
 
 
@@ -186,11 +299,15 @@ class RedisQueue:
         # Key prefixes the scripts append a lane name or worker id to.
         self._lane_prefix = self._keys.lane("")
         self._processing_prefix = self._keys.processing("")
+        self._since_prefix = self._keys.since("")
         self._pop = self._client.register_script(_POP)
+        self._enqueue = self._client.register_script(_ENQUEUE)
         self._schedule = self._client.register_script(_SCHEDULE)
+        self._ack = self._client.register_script(_ACK)
         self._requeue = self._client.register_script(_REQUEUE)
         self._recover = self._client.register_script(_RECOVER)
         self._queued = self._client.register_script(_QUEUED)
+        self._depth = self._client.register_script(_DEPTH)
 
     @classmethod
     def from_url(cls, url: str) -> RedisQueue:
@@ -232,16 +349,10 @@ class RedisQueue:
                 await self._schedule(keys=[self._keys.delayed()],
                                      args=[delay, *(i.encode() for i in items)])
                 return
-            by_lane: dict[str, list[str]] = {}
-            for item in items:
-                by_lane.setdefault(item.lane, []).append(item.encode())
-            async with self._client.pipeline(transaction=True) as pipe:
-                for lane, encoded in by_lane.items():
-                    pipe.lpush(self._keys.lane(lane), *encoded)
-                pipe.sadd(self._keys.lanes(), *by_lane)
-                pipe.lpush(self._keys.wake(), *(["1"] * len(items)))
-                pipe.ltrim(self._keys.wake(), 0, WAKE_MAX - 1)
-                await pipe.execute()
+            await self._enqueue(
+                keys=[self._keys.lanes(), self._keys.wake(), self._keys.position()],
+                args=[self._lane_prefix, self._since_prefix, WAKE_MAX,
+                      *(i.encode() for i in items)])
 
     async def pop(
         self,
@@ -249,14 +360,19 @@ class RedisQueue:
         *,
         lanes: Sequence[str] = (FAST_LANE, DEFAULT_LANE),
         timeout: float = 1.0,
+        aging: float | None = None,
     ) -> WorkItem | None:
-        """Move the oldest item of the first non-empty lane into ``worker_id``'s
-        processing list and return it, releasing due delayed items first.
+        """Move the next item into ``worker_id``'s processing list and return it: the
+        oldest item that has waited ``aging`` seconds (server clock), else the head of
+        the first non-empty lane (highest priority, then oldest). Due delayed items are
+        released first.
 
         Args:
             worker_id: Owner of the processing list the item moves into.
-            lanes: Lanes to serve, highest priority first.
+            lanes: Lanes to serve, preferred first.
             timeout: Seconds to wait for an item; 0 returns after one attempt.
+            aging: Seconds after which a waiting item is served before every lane and
+                priority; None: never.
 
         Returns:
             The item, or None when nothing arrived in time or the queue was closed while
@@ -272,8 +388,10 @@ class RedisQueue:
         deadline = time.monotonic() + max(timeout, 0.0)
         processing = self._keys.processing(worker_id)
         script_keys = [self._keys.delayed(), processing, self._keys.workers(),
-                       self._keys.lanes(), *(self._keys.lane(lane) for lane in lanes)]
-        script_args: list[Any] = [self._lane_prefix, worker_id, RELEASE_BATCH]
+                       self._keys.lanes(), self._keys.position()]
+        script_args: list[Any] = [self._lane_prefix, self._since_prefix, worker_id,
+                                  RELEASE_BATCH, "" if aging is None else max(aging, 0.0),
+                                  *lanes]
         self._pops += 1
         self._no_pops.clear()
         try:
@@ -304,19 +422,19 @@ class RedisQueue:
                 self._no_pops.set()
 
     async def ack(self, worker_id: str, item: WorkItem) -> None:
-        """Remove one occurrence of ``item`` from ``worker_id``'s processing list
-        (a no-op when the worker does not hold it).
+        """Remove one occurrence of ``item`` (same lane, task and node, any priority)
+        from ``worker_id``'s processing list (a no-op when the worker does not hold it).
 
         Raises:
             QueueError: Redis failed or the queue is closed.
         """
         self._check_open()
         with _map_errors("ack"):
-            await self._client.lrem(self._keys.processing(worker_id), 1, item.encode())
+            await self._ack(keys=[self._keys.processing(worker_id)], args=[item.encode()])
 
     async def requeue(self, worker_id: str, item: WorkItem, *, delay: float = 0.0) -> None:
-        """Atomically move ``item`` from the processing list to the front of its lane, or
-        into the delayed set ``delay`` seconds from now (server clock).
+        """Atomically move ``item`` from the processing list to the front of its priority
+        in its lane, or into the delayed set ``delay`` seconds from now (server clock).
 
         The item is scheduled even if the worker no longer holds it (e.g. after FLUSHALL):
         a duplicate is harmless, a lost item waits for the reconciler.
@@ -327,14 +445,15 @@ class RedisQueue:
         self._check_open()
         with _map_errors("requeue"):
             await self._requeue(
-                keys=[self._keys.processing(worker_id), self._keys.lane(item.lane),
-                      self._keys.delayed(), self._keys.lanes(), self._keys.wake()],
-                args=[item.encode(), max(delay, 0.0), item.lane],
+                keys=[self._keys.processing(worker_id), self._keys.delayed(),
+                      self._keys.lanes(), self._keys.wake(), self._keys.position()],
+                args=[self._lane_prefix, self._since_prefix, item.encode(), max(delay, 0.0)],
             )
 
     async def recover(self, worker_id: str) -> int:
-        """Atomically move ``worker_id``'s processing list back to the front of the lanes,
-        oldest popped first, and forget the worker; return how many items moved.
+        """Atomically move ``worker_id``'s processing list back to the front of their
+        priorities in their lanes, oldest popped first, and forget the worker; return how
+        many items moved.
 
         Raises:
             QueueError: Redis failed or the queue is closed.
@@ -343,8 +462,8 @@ class RedisQueue:
         with _map_errors("recover"):
             moved = await self._recover(
                 keys=[self._keys.processing(worker_id), self._keys.workers(),
-                      self._keys.lanes(), self._keys.wake()],
-                args=[self._lane_prefix, worker_id],
+                      self._keys.lanes(), self._keys.wake(), self._keys.position()],
+                args=[self._lane_prefix, self._since_prefix, worker_id],
             )
         return int(moved)
 
@@ -358,8 +477,9 @@ class RedisQueue:
         self._check_open()
         with _map_errors("queued"):
             raw = await self._queued(
-                keys=[self._keys.lanes(), self._keys.delayed(), self._keys.workers()],
-                args=[self._lane_prefix, self._processing_prefix],
+                keys=[self._keys.lanes(), self._keys.delayed(), self._keys.workers(),
+                      self._keys.position()],
+                args=[self._lane_prefix, self._since_prefix, self._processing_prefix],
             )
             items = [_decode(value) for value in raw]
         return {(item.task_id, item.node_id) for item in items}
@@ -372,7 +492,8 @@ class RedisQueue:
         """
         self._check_open()
         with _map_errors("depth"):
-            return int(await self._client.llen(self._keys.lane(lane)))
+            return int(await self._depth(keys=[self._keys.position()],
+                                         args=[self._lane_prefix, self._since_prefix, lane]))
 
     async def workers(self) -> set[str]:
         """Ids of workers that may hold a processing list (candidates for ``recover``).

@@ -36,7 +36,14 @@ from typing import Any
 from axengine.clock import SYSTEM, Clock, wait_event
 from axengine.errors import AxError, QueueError
 from axengine.owners import host_pid_owner, owner_is_dead
-from axengine.queue import DEFAULT_LANE, FAST_LANE, WorkItem, WorkQueue
+from axengine.queue import (
+    DEFAULT_AGING_SECONDS,
+    DEFAULT_FAST_SHARE,
+    DEFAULT_LANE,
+    FAST_LANE,
+    WorkItem,
+    WorkQueue,
+)
 from axengine.worker._context import EngineClient, RunContext
 from axengine.worker._runner import THREAD, Runner
 from axengine.worker._worker import Worker
@@ -217,6 +224,9 @@ class Executor:
         clock: Node timeouts, heartbeats and the grace period follow it.
         runners: Runners besides ``thread``, by name (see :mod:`axengine.worker._runner`).
         runner: The runner of nodes that do not name one.
+        fast_share: Share of ``concurrency`` the fast lane may occupy at once.
+        aging_seconds: Wait after which an item is popped before every lane and
+            priority; None: never.
     """
 
     def __init__(
@@ -236,7 +246,11 @@ class Executor:
         clock: Clock = SYSTEM,
         runners: Mapping[str, Runner] | None = None,
         runner: str = THREAD,
+        fast_share: float = DEFAULT_FAST_SHARE,
+        aging_seconds: float | None = DEFAULT_AGING_SECONDS,
     ) -> None:
+        self.fast_share = fast_share
+        self.aging_seconds = aging_seconds
         self.engine = engine
         self.queue = queue
         self.worker_id = worker_id or host_pid_owner("w")
@@ -297,7 +311,8 @@ class Executor:
                       worker_id=self.worker_id, concurrency=self.concurrency,
                       lease_seconds=self.lease_seconds, settings=self.settings,
                       lanes=self.lanes, poll_timeout=self.poll_timeout, clock=self.clock,
-                      runners=self.runners, runner=self.runner)
+                      runners=self.runners, runner=self.runner,
+                      fast_share=self.fast_share, aging_seconds=self.aging_seconds)
 
     async def _serve(self, stop: asyncio.Event) -> None:
         failures = 0

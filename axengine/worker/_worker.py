@@ -20,7 +20,14 @@ from axengine import faults
 from axengine.clock import SYSTEM, Clock, sleep
 from axengine.errors import AxError
 from axengine.owners import LOCAL_PRINCIPAL, host_pid_owner
-from axengine.queue import DEFAULT_LANE, FAST_LANE, WorkItem, WorkQueue
+from axengine.queue import (
+    DEFAULT_AGING_SECONDS,
+    DEFAULT_FAST_SHARE,
+    DEFAULT_LANE,
+    FAST_LANE,
+    WorkItem,
+    WorkQueue,
+)
 from axengine.worker._context import EngineClient, RunContext
 from axengine.worker._runner import (
     THREAD,
@@ -115,6 +122,12 @@ class Worker:
         settings: Passed to handlers as ``ctx.settings``.
         lanes: Lanes served, in priority order.
         poll_timeout: Longest wait of one queue pop.
+        fast_share: Share of ``concurrency`` the fast lane may occupy at once (rounded
+            down, at least one slot; 1.0: no cap). Other lanes may use every slot,
+            including idle fast ones. Applies when the worker serves the fast lane and
+            another.
+        aging_seconds: An item waiting this long (queue clock) is popped before every
+            lane and priority, oldest first; None: strict lane order.
         clock: Node timeouts and heartbeat intervals follow it.
         runners: Runners besides ``thread`` (which runs ``handler`` in this process),
             by name.
@@ -142,7 +155,13 @@ class Worker:
         runner: str = THREAD,
         on_run: Callable[[RunContext, Runner], None] | None = None,
         on_end: Callable[[RunContext], None] | None = None,
+        fast_share: float = DEFAULT_FAST_SHARE,
+        aging_seconds: float | None = DEFAULT_AGING_SECONDS,
     ) -> None:
+        if not 0 < fast_share <= 1:
+            raise ValueError(f"fast_share must be in (0, 1], got {fast_share}")
+        if aging_seconds is not None and aging_seconds < 0:
+            raise ValueError(f"aging_seconds must not be negative, got {aging_seconds}")
         self.engine = engine
         self.on_run = on_run
         self.on_end = on_end
@@ -154,6 +173,15 @@ class Worker:
         self.settings = dict(settings or {})
         self.lanes = tuple(lanes)
         self.poll_timeout = poll_timeout
+        self.aging_seconds = aging_seconds
+        self.fast_share = fast_share
+        # Lanes popped while the fast lane holds its share; None: the fast lane is not
+        # capped (not served, served alone, or allowed every slot).
+        others = tuple(lane for lane in self.lanes if lane != FAST_LANE)
+        self.fast_slots = max(1, int(concurrency * fast_share))
+        self._capped_lanes = (others if others and FAST_LANE in self.lanes
+                              and self.fast_slots < concurrency else None)
+        self._fast_in_flight = 0
         self.clock = clock
         self.ramp = DependencyRamp(max_limit=max(concurrency, 1))
         self.runners: dict[str, Runner] = {THREAD: ThreadRunner(handler,
@@ -164,7 +192,13 @@ class Worker:
         self.processed = 0
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Serve until ``stop`` is set, then finish the runs in flight."""
+        """Serve until ``stop`` is set, then finish the runs in flight.
+
+        Each free slot pops one item. While the fast lane holds ``fast_slots`` of them,
+        the pop asks only for the other lanes; a fast item then waits at most one
+        ``poll_timeout`` after a fast slot frees (a pop is never cancelled, since a
+        cancelled Redis pop may strand its item in the processing list).
+        """
         await self.queue.recover(self.worker_id)
         slots = asyncio.Semaphore(self.concurrency)
         try:
@@ -173,11 +207,18 @@ class Worker:
                 if stop.is_set():
                     slots.release()
                     break
-                item = await self.queue.pop(self.worker_id, lanes=self.lanes,
-                                            timeout=self.poll_timeout)
+                lanes = self.lanes
+                if self._capped_lanes is not None and \
+                        self._fast_in_flight >= self.fast_slots:
+                    lanes = self._capped_lanes
+                item = await self.queue.pop(self.worker_id, lanes=lanes,
+                                            timeout=self.poll_timeout,
+                                            aging=self.aging_seconds)
                 if item is None:
                     slots.release()
                     continue
+                if item.lane == FAST_LANE:
+                    self._fast_in_flight += 1
                 task = asyncio.create_task(self._guarded(item, slots))
                 self._active.add(task)
                 task.add_done_callback(self._active.discard)
@@ -196,6 +237,9 @@ class Worker:
             log.exception("worker %s: processing %s/%s failed", self.worker_id,
                           item.task_id, item.node_id)
         finally:
+            # Before the slot: the loop that takes it must see the fast share free.
+            if item.lane == FAST_LANE:
+                self._fast_in_flight -= 1
             slots.release()
 
     async def process(self, item: WorkItem) -> str:

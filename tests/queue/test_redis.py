@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from typing import cast
 
 import pytest
 import redis.asyncio as aioredis
@@ -35,8 +36,13 @@ def test_key_layout_matches_queue_keys(redis_queues: QueueHarness, redis_server:
                 await queue.enqueue([A, B])
                 await queue.enqueue([C], delay=60)
                 assert await queue.pop("w1", timeout=0) == B
-                assert await client.type(keys.lane(DEFAULT_LANE)) == b"list"
-                assert await client.lrange(keys.lane(DEFAULT_LANE), 0, -1) == [A.encode().encode()]
+                assert await client.type(keys.lane(DEFAULT_LANE)) == b"zset"
+                # Member = 16 hex digits of position + the encoded item; score = -priority.
+                members = cast(list[tuple[bytes, float]], await client.zrange(
+                    keys.lane(DEFAULT_LANE), 0, -1, withscores=True))
+                assert [(m[16:], score) for m, score in members] == [(A.encode().encode(), 0)]
+                member = members[0][0]
+                assert await client.zrange(keys.since(DEFAULT_LANE), 0, -1) == [member]
                 assert await client.lrange(keys.processing("w1"), 0, -1) == [B.encode().encode()]
                 assert await client.zrange(keys.delayed(), 0, -1) == [C.encode().encode()]
                 assert await client.smembers(keys.workers()) == {b"w1"}
