@@ -439,9 +439,10 @@ def plan_claim(view: View, node_id: str, *, worker: str, lease: float, now: floa
         b.fail(node, snap, "task deadline passed", retryable=False, dead=True)
         b.plan.result = "dead"
         return b.plan
+    queued = queued_since(snap)
     if (node.queue_timeout and snap.state is NodeState.WAITING
-            and now - snap.ready_at > node.queue_timeout):
-        b.fail(node, snap, f"waited {now - snap.ready_at:.0f}s for a worker "
+            and now - queued > node.queue_timeout):
+        b.fail(node, snap, f"waited {now - queued:.0f}s for a worker "
                f"(queue_timeout {node.queue_timeout:g}s)", retryable=False, dead=True)
         b.plan.result = "dead"
         return b.plan
@@ -461,6 +462,13 @@ def plan_claim(view: View, node_id: str, *, worker: str, lease: float, now: floa
     b.plan.result = "claimed"
     b.plan.detail = claimed
     return b.plan
+
+
+def queued_since(snap: Snapshot) -> float:
+    """When a WAITING node's current wait for a worker began: its readiness, or the end
+    of what held it back since (a retry's backoff, a dependency's outage, a pause), or
+    the moment its last lease was given up. Run time and backoff are not queue time."""
+    return max(snap.ready_at, snap.not_before)
 
 
 def _legacy_prompt(prompt: str) -> bool:
@@ -687,8 +695,9 @@ def plan_expire(view: View, node_id: str, *, now: float, ids: EventIds,
             b.fail(node, snap, f"{why} on the last attempt ({snap.attempt}/{node.attempts})",
                    retryable=True, dead=True)
             return b.plan
+        # not_before = now: claimable at once, and its queue wait starts now.
         back = replace(snap, state=NodeState.WAITING, fence=snap.fence + 1, owner="",
-                       lease_until=0.0, error=why, error_retryable=True, not_before=0.0)
+                       lease_until=0.0, error=why, error_retryable=True, not_before=now)
         b.write(back)
         b.event("lease_expired", back, f"{why}; owner {snap.owner} fenced out")
         b.plan.enqueue.append((node_id, 0.0))

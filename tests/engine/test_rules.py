@@ -319,19 +319,33 @@ def test_claim_after_the_queue_timeout_makes_the_node_dead() -> None:
     assert "queue_timeout 10s" in world2.snaps["a"].error
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "bug: queue_timeout is measured from ready_at, which only ready() sets; a retry "
-    "(plan_complete Failure), a lease expiry (plan_expire) and Unavailable put the node "
-    "back to WAITING without updating ready_at, so the first attempt's run time and the "
-    "backoff count as queue wait and the retry's claim makes the node DEAD"))
 def test_queue_timeout_does_not_count_the_previous_attempt_as_queue_wait() -> None:
-    world = World.submit(SINGLE.replace("timeout: 60", "timeout: 300, queue_timeout: 60"))
+    world = World.submit(SINGLE.replace("timeout: 60", "timeout: 300, queue_timeout: 60")
+                         .replace("retry: 2", "retry: 5"))
     fence = running(world, "a", now=at(1))
     world.heartbeat("a", fence=fence, now=at(25), lease=100)
     world.complete("a", Failure("flaky"), fence=fence, now=at(100))  # ran 99 s, retryable
     retry_at = world.snaps["a"].not_before  # offered again ~1 s later
     plan = world.claim("a", now=retry_at)
-    assert plan.result == "claimed", world.snaps["a"].error  # "waited 101s for a worker"
+    assert plan.result == "claimed", world.snaps["a"].error  # was "waited 101s for a worker"
+    # The queue wait counts from the end of the backoff, and no longer.
+    world.complete("a", Failure("flaky again"), fence=plan.detail.fence, now=retry_at + 5)
+    again = world.snaps["a"].not_before
+    assert world.claim("a", now=again + 60).result == "claimed"  # exactly the bound
+    world.complete("a", Failure("and again"), fence=world.snaps["a"].fence,
+                   now=again + 61)
+    third = world.snaps["a"].not_before
+    plan = world.claim("a", now=third + 60.5)
+    assert plan.result == "dead" and "waited 60s for a worker" in world.snaps["a"].error
+
+
+def test_queue_timeout_restarts_when_an_expired_lease_puts_the_node_back() -> None:
+    world = World.submit(SINGLE.replace("timeout: 60", "timeout: 300, queue_timeout: 60"))
+    running(world, "a", now=at(1))
+    world.expire("a", now=at(1) + LEASE + 1)  # lapsed after the lease; ran long before
+    a = world.snaps["a"]
+    assert a.state is NodeState.WAITING and a.not_before == at(1) + LEASE + 1
+    assert world.claim("a", now=a.not_before + 59).result == "claimed"
 
 
 def test_claim_of_a_lapsed_node_on_its_last_attempt_makes_it_dead() -> None:
