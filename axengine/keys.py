@@ -69,6 +69,10 @@ class StoreKeys:
     def effect(self, key: str) -> str:
         return f"{self.prefix}/effects/{key}"
 
+    def ramp(self, dependency: str) -> str:
+        """The slow ramp of one dependency after an outage (``engine/_ramp.py``)."""
+        return f"{self.prefix}/ramps/{_part(dependency)}"
+
     def leader(self, role: str) -> str:
         return f"{self.prefix}/leader/{role}"
 

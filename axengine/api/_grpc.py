@@ -250,7 +250,7 @@ class ExecutorServicer(_Base):
             return _claimed_pb(claim)
         if claim.result == "dead":
             return pb.ClaimReply(result=pb.CLAIM_RESULT_DEAD, reason=claim.reason)
-        if claim.reason == "backoff":
+        if claim.reason in ("backoff", "ramp"):  # ask again at not_before
             return pb.ClaimReply(result=pb.CLAIM_RESULT_NOT_YET, reason=claim.reason,
                                  not_before=self.engine.clock() + claim.retry_after)
         return pb.ClaimReply(result=pb.CLAIM_RESULT_NOT_CLAIMABLE, reason=claim.reason)

@@ -23,6 +23,7 @@ from typing import Any
 
 from axengine import template
 from axengine.dag import Dag, Node
+from axengine.engine._ramp import Ramp, Waiter, dependency_of
 from axengine.engine._refs import expression_refs, guard_refs, named, param_refs
 from axengine.engine._view import View
 from axengine.errors import Conflict, Forbidden, InputError, TemplateError
@@ -81,12 +82,19 @@ class RuleConfig:
             dependency is offered again, when the dependency named no time.
         retry_after_cap: Longest wait a dependency's ``Retry-After`` can impose; a
             larger (or absurd) value is cut to this.
+        ramp_full: Admission limit at which a dependency's ramp after an outage ends
+            (it starts at one and doubles on each success).
+        ramp_poll: Seconds after which a node the ramp did not admit asks again.
+        ramp_waiter_ttl: Seconds after which a waiter that stopped asking is forgotten.
     """
 
     backoff_base: float = 1.0
     backoff_cap: float = 60.0
     unavailable_delay: float = 5.0
     retry_after_cap: float = 3600.0
+    ramp_full: int = 16
+    ramp_poll: float = 1.0
+    ramp_waiter_ttl: float = 15.0
 
 
 @dataclass
@@ -109,6 +117,8 @@ class Plan:
     enqueue: list[tuple[str, float]] = field(default_factory=list)
     task: TaskRecord | None = None
     detail: Any = None
+    #: Ramps to write by dependency (None: delete), under a compare on their revision.
+    ramps: dict[str, Ramp | None] = field(default_factory=dict)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -417,7 +427,7 @@ def plan_submit(view: View, *, now: float, ids: EventIds, actor: str = "api") ->
 
 
 def plan_claim(view: View, node_id: str, *, worker: str, lease: float, now: float,
-               ids: EventIds) -> Plan:
+               ids: EventIds, config: RuleConfig = RuleConfig()) -> Plan:
     """WAITING (or RUNNING with an expired lease or stalled progress) → RUNNING with
     ``fence += 1`` and ``attempt += 1``; past the deadline, ``queue_timeout`` or attempt
     budget → ``dead`` (nothing to run): DEAD, or FAILED and routed by ``on_failure``."""
@@ -451,6 +461,15 @@ def plan_claim(view: View, node_id: str, *, worker: str, lease: float, now: floa
                + (f": {snap.error}" if snap.error else ""), retryable=False, dead=True)
         b.plan.result = "dead"
         return b.plan
+    dependency = dependency_of(node)
+    ramp = view.ramp(dependency) if dependency else None
+    if dependency and ramp is not None:
+        ramp, admitted = _admit(ramp, snap, node, task, now=now, lease=lease, config=config)
+        if not admitted:
+            # Not claimed: no lease to expire, no attempt spent; asks again shortly.
+            return Plan("not-claimable", detail=("ramp", config.ramp_poll),
+                        ramps={dependency: ramp})
+        b.plan.ramps[dependency] = ramp
     until = _lease_until(view.task, now, lease)
     claimed = replace(
         snap, state=NodeState.RUNNING, fence=snap.fence + 1, attempt=snap.attempt + 1,
@@ -462,6 +481,48 @@ def plan_claim(view: View, node_id: str, *, worker: str, lease: float, now: floa
     b.plan.result = "claimed"
     b.plan.detail = claimed
     return b.plan
+
+
+def _admit(ramp: Ramp, snap: Snapshot, node: Node, task: TaskRecord, *, now: float,
+           lease: float, config: RuleConfig) -> tuple[Ramp, bool]:
+    """Whether the ramp admits ``node`` now, and the ramp after asking: admitted when a
+    slot is free and the node is among the waiters next in line (:func:`_ramp.order`);
+    otherwise it is (still) a waiter."""
+    key = f"{task.task_id}/{node.id}"
+    ramp = ramp.pruned(now, config.ramp_waiter_ttl)
+    bound = now + node.timeout + lease  # its slot counts at most this long
+    if key in ramp.admitted:  # its own earlier slot (a lapsed lease claimed again)
+        return replace(ramp, admitted={**ramp.admitted, key: bound}), True
+    waiter = Waiter(queued=snap.ready_at, deadline=task.deadline,
+                    budget=node.attempts - snap.attempt, seen=now)
+    ramp = replace(ramp, waiting={**ramp.waiting, key: waiter})
+    if key not in ramp.first(ramp.limit - len(ramp.admitted)):
+        return ramp, False
+    return replace(ramp, admitted={**ramp.admitted, key: bound},
+                   waiting={k: w for k, w in ramp.waiting.items() if k != key}), True
+
+
+def _ramp_after(view: View, node: Node, outcome: Outcome | None, now: float,
+                config: RuleConfig) -> tuple[str, Ramp | None] | None:
+    """The ramp of ``node``'s dependency after its attempt ended with ``outcome``
+    (None: the attempt ended without one, its lease lapsed): an outage of that very
+    dependency opens it (or sends it back to one); a success doubles it, up to
+    ``ramp_full`` where it ends; anything else frees the node's slot. None: no change."""
+    dependency = dependency_of(node)
+    if dependency is None:
+        return None
+    ramp = view.ramp(dependency)
+    key = f"{view.task.task_id}/{node.id}"
+    if isinstance(outcome, Unavailable) and outcome.dependency == dependency:
+        base = ramp or Ramp()
+        return dependency, replace(base.released(key), limit=1, since=now)
+    if ramp is None:
+        return None
+    ramp = ramp.released(key)
+    if isinstance(outcome, Success):
+        limit = ramp.limit * 2
+        return dependency, (None if limit >= config.ramp_full else replace(ramp, limit=limit))
+    return dependency, ramp
 
 
 def queued_since(snap: Snapshot) -> float:
@@ -530,6 +591,9 @@ def plan_complete(view: View, node_id: str, *, fence: int, outcome: Outcome, now
     if not holds(snap, fence, now):
         return Plan("stale")
     b = _builder(view, now, ids, snap.owner)
+    ramped = _ramp_after(view, node, outcome, now, config)
+    if ramped is not None:
+        b.plan.ramps[ramped[0]] = ramped[1]
     if isinstance(outcome, Success):
         try:
             hops = b.decide_edges(node, outcome.output)
@@ -665,7 +729,7 @@ def plan_decide(view: View, node_id: str, *, decision: str, by: str, comment: st
 
 
 def plan_expire(view: View, node_id: str, *, now: float, ids: EventIds,
-                owner_dead: bool = False) -> Plan:
+                owner_dead: bool = False, config: RuleConfig = RuleConfig()) -> Plan:
     """Reconciler: apply the task deadline, expire leases and stalls (fence bump, so the
     old owner's writes become stale; on the last attempt: DEAD, or routed by
     ``on_failure``), and time out gates with their default route.
@@ -691,6 +755,9 @@ def plan_expire(view: View, node_id: str, *, now: float, ids: EventIds,
             return Plan("ok")
         why = ("owner process is gone" if owner_dead else "lease expired") if expired else (
             f"no progress for {now - snap.progress_at:.0f}s")
+        ramped = _ramp_after(view, node, None, now, config)
+        if ramped is not None:
+            b.plan.ramps[ramped[0]] = ramped[1]
         if snap.attempt >= node.attempts:
             b.fail(node, snap, f"{why} on the last attempt ({snap.attempt}/{node.attempts})",
                    retryable=True, dead=True)

@@ -36,6 +36,7 @@ from axengine.engine import _effects as effects
 from axengine.engine import _rules as rules
 from axengine.engine._budget import require_fit
 from axengine.engine._index import index_writes
+from axengine.engine._ramp import decode_ramp, dependency_of, encode_ramp
 from axengine.engine._reads import EngineReads, TaskView, _event_id
 from axengine.engine._restore import restored
 from axengine.engine._runs import ClaimResult, claimed
@@ -46,7 +47,18 @@ from axengine.limits import canonical_json, check_json_value
 from axengine.owners import LOCAL_PRINCIPAL
 from axengine.queue import WorkItem, WorkQueue
 from axengine.records import Event, Snapshot, TaskRecord, TaskStatus
-from axengine.store import Compare, Get, Mod, Op, Put, StateStore, TxnResult, Version
+from axengine.store import (
+    Compare,
+    Delete,
+    Get,
+    KeyValue,
+    Mod,
+    Op,
+    Put,
+    StateStore,
+    TxnResult,
+    Version,
+)
 from executors.contract import Outcome
 
 __all__ = ["Engine", "EngineConfig", "SubmitResult", "TaskView"]
@@ -139,15 +151,23 @@ class Engine(EngineReads):
         return dag.hash
 
     async def _fill(self, view: View, need: Need) -> None:
+        ramps = set(need.ramps)
         if need.nodes:
             keys = {self._keys.snapshot(view.task.task_id, n): n for n in sorted(need.nodes)}
-            found = await self._store.get_many(list(keys))
+            # The ramps of these nodes' dependencies come in the same read: a claim or
+            # an outcome asks for them next, and one round trip is cheaper than two.
+            deps = {d for n in need.nodes if (d := dependency_of(view.dag.nodes[n]))
+                    and d not in view.ramps}
+            ramp_keys = {self._keys.ramp(d): d for d in sorted(deps - ramps)}
+            found = await self._store.get_many([*keys, *ramp_keys])
             for key, nid in keys.items():
                 kv = found.get(key)
                 if kv is None:
                     raise StoreError(f"snapshot {key} is missing")
                 view.snaps[nid] = codec.decode_snapshot(kv.value)
                 view.revs[nid] = kv.mod_revision
+            for key, dependency in ramp_keys.items():
+                self._loaded_ramp(view, dependency, found.get(key))
         for nid in sorted(need.outputs):
             ref = view.snaps[nid].output_ref
             assert ref is not None
@@ -156,6 +176,16 @@ class Engine(EngineReads):
             assert view.task.input_ref is not None
             view.task_input = await self.blob_json(view.task.input_ref)
             view.task_input_loaded = True
+        if ramps:
+            keys = {self._keys.ramp(d): d for d in sorted(ramps)}
+            found = await self._store.get_many(list(keys))
+            for key, dependency in keys.items():
+                self._loaded_ramp(view, dependency, found.get(key))
+
+    @staticmethod
+    def _loaded_ramp(view: View, dependency: str, kv: KeyValue | None) -> None:
+        view.ramps[dependency] = None if kv is None else decode_ramp(kv.value)
+        view.ramp_revs[dependency] = 0 if kv is None else kv.mod_revision
 
     @staticmethod
     def _decide(view: View, rule: Callable[[View], rules.Plan]) -> rules.Plan | Need:
@@ -187,7 +217,7 @@ class Engine(EngineReads):
             while isinstance(decided := self._decide(view, rule), Need):
                 await self._fill(view, decided)
             plan = decided
-            if not plan.writes and plan.task is None:
+            if not plan.writes and plan.task is None and not plan.ramps:
                 return plan, view
             if (await self._commit(view, plan)).succeeded:
                 await self._after_commit(view, plan)
@@ -261,6 +291,11 @@ class Engine(EngineReads):
             ops.append(Put(key, codec.encode_snapshot(await self._externalize(snap))))
         for event in plan.events:
             ops.append(Put(self._keys.event(task_id, event.event_id), codec.encode_event(event)))
+        for dependency, ramp in plan.ramps.items():
+            # Every executor's claims meet here: the ramp moves under a compare too.
+            key = self._keys.ramp(dependency)
+            compares.append(Mod(key) == view.ramp_revs.get(dependency, 0))
+            ops.append(Delete(key) if ramp is None else Put(key, encode_ramp(ramp)))
         faults.point("before-commit")
         result = await self._store.txn(compares, ops, failure)
         if result.succeeded:
@@ -376,7 +411,8 @@ class Engine(EngineReads):
         """Claim a node for ``worker`` (see :func:`rules.plan_claim`)."""
         lease = lease_seconds or self.config.lease_seconds
         plan, view = await self._apply(task_id, lambda v: rules.plan_claim(
-            v, node_id, worker=worker, lease=lease, now=self.clock(), ids=self._ids()),
+            v, node_id, worker=worker, lease=lease, now=self.clock(), ids=self._ids(),
+            config=self.config.rules),
             preload=(node_id,))
         if plan.result == "claimed":
             snap: Snapshot = plan.detail
@@ -451,7 +487,8 @@ class Engine(EngineReads):
     async def expire(self, task_id: str, node_id: str, *, owner_dead: bool = False) -> str:
         """Reconciler transition for one node (deadline, lease, stall, gate timeout)."""
         plan, _ = await self._apply(task_id, lambda v: rules.plan_expire(
-            v, node_id, now=self.clock(), ids=self._ids(), owner_dead=owner_dead),
+            v, node_id, now=self.clock(), ids=self._ids(), owner_dead=owner_dead,
+            config=self.config.rules),
             preload=(node_id,))
         return plan.result
 

@@ -13,20 +13,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from axengine.dag import Dag
+from axengine.engine._ramp import Ramp
 from axengine.records import Snapshot, TaskRecord
 
 __all__ = ["Need", "View"]
 
 
 class Need(Exception):
-    """Raised by a rule: load these snapshots (node ids) and/or blob outputs, then retry."""
+    """Raised by a rule: load these snapshots (node ids), blob outputs and/or ramps
+    (dependencies, :mod:`axengine.engine._ramp`), then retry."""
 
     def __init__(self, *, nodes: Iterable[str] = (), outputs: Iterable[str] = (),
-                 task_input: bool = False) -> None:
+                 task_input: bool = False, ramps: Iterable[str] = ()) -> None:
         super().__init__("need more state")
         self.nodes = frozenset(nodes)
         self.outputs = frozenset(outputs)
         self.task_input = task_input
+        self.ramps = frozenset(ramps)
 
 
 @dataclass
@@ -42,6 +45,9 @@ class View:
     outputs: dict[str, Any] = field(default_factory=dict)
     task_input: Any = None
     task_input_loaded: bool = False
+    #: Loaded ramps by dependency (None: no ramp) and their ``mod_revision`` (0: none).
+    ramps: dict[str, Ramp | None] = field(default_factory=dict)
+    ramp_revs: dict[str, int] = field(default_factory=dict)
 
     def snap(self, node_id: str) -> Snapshot:
         try:
@@ -62,6 +68,12 @@ class View:
         if node_id not in self.outputs:
             raise Need(outputs=(node_id,))
         return self.outputs[node_id]
+
+    def ramp(self, dependency: str) -> Ramp | None:
+        """The dependency's ramp, or None when it has none (no recent outage)."""
+        if dependency not in self.ramps:
+            raise Need(ramps=(dependency,))
+        return self.ramps[dependency]
 
     def input(self) -> Any:
         """The task input (from the blob store when large)."""

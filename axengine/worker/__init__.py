@@ -18,11 +18,10 @@ from axengine.worker._runner import (
     stopped,
     timed_out,
 )
-from axengine.worker._worker import DependencyRamp, Worker
+from axengine.worker._worker import Worker
 
 __all__ = [
     "THREAD",
-    "DependencyRamp",
     "EngineClient",
     "Executor",
     "FencedOut",

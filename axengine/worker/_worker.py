@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from axengine import faults
@@ -37,63 +36,11 @@ from axengine.worker._runner import (
     pick_runner,
     stopped,
 )
-from executors.contract import Failure, Handler, NodeRequest, Outcome, Success, Unavailable
+from executors.contract import Failure, Handler, NodeRequest, Outcome
 
-__all__ = ["DependencyRamp", "Worker"]
+__all__ = ["Worker"]
 
 log = logging.getLogger("axengine.worker")
-
-
-@dataclass
-class _Ramp:
-    limit: int
-    in_flight: int = 0
-
-
-class DependencyRamp:
-    """Slow release after an outage: once a dependency answered *unavailable*, at most
-    one node using it runs at a time; each success doubles the allowance until
-    ``max_limit`` (the outage is over)."""
-
-    def __init__(self, max_limit: int) -> None:
-        self.max_limit = max_limit
-        self._ramps: dict[str, _Ramp] = {}
-        self._cond = asyncio.Condition()
-
-    def limit(self, dependency: str) -> int:
-        ramp = self._ramps.get(dependency)
-        return self.max_limit if ramp is None else ramp.limit
-
-    async def acquire(self, dependency: str) -> None:
-        async with self._cond:
-            while True:
-                ramp = self._ramps.get(dependency)
-                if ramp is None or ramp.in_flight < ramp.limit:
-                    if ramp is not None:
-                        ramp.in_flight += 1
-                    return
-                await self._cond.wait()
-
-    async def release(self, dependency: str, outcome: Outcome | Reported) -> None:
-        async with self._cond:
-            ramp = self._ramps.get(dependency)
-            if isinstance(outcome, Unavailable):
-                self._ramps[dependency] = _Ramp(limit=1, in_flight=max(
-                    (ramp.in_flight - 1) if ramp else 0, 0))
-            elif ramp is not None:
-                ramp.in_flight = max(ramp.in_flight - 1, 0)
-                if isinstance(outcome, Success):
-                    ramp.limit *= 2
-                    if ramp.limit >= self.max_limit:
-                        del self._ramps[dependency]
-            self._cond.notify_all()
-
-
-def _dependency(request: NodeRequest) -> str:
-    if request.node_type == "llm_call":
-        return f"model:{request.config.get('model')}"
-    return f"tool:{request.config.get('tool')}"
-
 
 
 def settings_for(settings: Mapping[str, Any], submitted_by: str) -> Mapping[str, Any]:
@@ -183,7 +130,6 @@ class Worker:
                               and self.fast_slots < concurrency else None)
         self._fast_in_flight = 0
         self.clock = clock
-        self.ramp = DependencyRamp(max_limit=max(concurrency, 1))
         self.runners: dict[str, Runner] = {THREAD: ThreadRunner(handler,
                                                                 concurrency=concurrency)}
         self.runners.update(runners or {})
@@ -248,7 +194,9 @@ class Worker:
         claim = await self.engine.claim(item.task_id, item.node_id, worker=self.worker_id,
                                         lease_seconds=self.lease_seconds)
         if claim.result != "claimed":
-            if claim.result == "not-claimable" and claim.reason == "backoff":
+            # Backing off, or not admitted by its dependency's ramp after an outage:
+            # asked again later (no lease was taken meanwhile).
+            if claim.result == "not-claimable" and claim.reason in ("backoff", "ramp"):
                 await self.queue.requeue(self.worker_id, item, delay=claim.retry_after)
             else:
                 await self.queue.ack(self.worker_id, item)
@@ -259,13 +207,7 @@ class Worker:
                          lease_seconds=self.lease_seconds,
                          settings=settings_for(self.settings, claim.submitted_by),
                          clock=self.clock)
-        dependency = _dependency(request)
-        await self.ramp.acquire(dependency)
-        outcome: Outcome | Reported = Failure("not run")
-        try:
-            outcome = await self._run(request, ctx, claim.timeout)
-        finally:
-            await self.ramp.release(dependency, outcome)
+        outcome = await self._run(request, ctx, claim.timeout)
         if ctx.stale or isinstance(outcome, Reported):
             # Fenced out: nothing to commit. Reported: the run committed its own
             # outcome through the API under its fence (or goes on without us).

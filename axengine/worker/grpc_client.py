@@ -203,7 +203,8 @@ class GrpcEngineClient:
             self._claims[(task_id, node_id)] = (reply.fence, worker)
             return self._claimed(task_id, node_id, reply)
         if result == ax_pb2.CLAIM_RESULT_NOT_YET:
-            return ClaimResult("not-claimable", reason="backoff",
+            # Backing off, or waiting for a dependency's ramp after an outage.
+            return ClaimResult("not-claimable", reason=reply.reason or "backoff",
                                retry_after=max(0.0, reply.not_before - time.time()))
         if result == ax_pb2.CLAIM_RESULT_DEAD:
             return ClaimResult("dead", reason=reply.reason or "deadline or attempt budget")

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from axengine.dag import Dag, load_dag_text
+from axengine.engine._ramp import Ramp, dependency_of
 from axengine.engine._rules import (
     Plan,
     RuleConfig,
@@ -76,6 +77,8 @@ class World:
         queue: Every ``(node_id, delay)`` enqueued after a commit, in order.
         loads: The last decision's :class:`Need` requests, in order.
         config: Rule tunables passed to ``plan_complete``.
+        ramps: The dependencies' ramps after an outage (shared with other worlds when
+            given the same dict: the store is shared by every task).
     """
 
     dag: Dag
@@ -86,6 +89,7 @@ class World:
     queue: list[tuple[str, float]] = field(default_factory=list)
     loads: list[Need] = field(default_factory=list)
     config: RuleConfig = field(default_factory=RuleConfig)
+    ramps: dict[str, Ramp] = field(default_factory=dict)
     _counter: Iterator[int] = field(default_factory=itertools.count, repr=False)
 
     # ------------------------------------------------------------------ building
@@ -94,17 +98,18 @@ class World:
     def submit(cls, dag: Dag | str, input: Any = None, *, now: float = T0,
                deadline: float = 0.0, submitted_by: str = "alice",
                labels: dict[str, str] | None = None, config: RuleConfig | None = None,
-               ) -> World:
+               task_id: str = "t1", ramps: dict[str, Ramp] | None = None) -> World:
         """Submit a task (as ``Engine.submit`` builds its view) and apply the plan."""
         if isinstance(dag, str):
             dag = load(dag)
-        task = TaskRecord(task_id="t1", dag_hash=dag.hash, dag_name=dag.name, input=input,
+        task = TaskRecord(task_id=task_id, dag_hash=dag.hash, dag_name=dag.name, input=input,
                           deadline=deadline, labels=labels or {}, created_at=now,
                           updated_at=now, submitted_by=submitted_by)
-        world = cls(dag=dag, task=task, config=config or RuleConfig())
+        world = cls(dag=dag, task=task, config=config or RuleConfig(),
+                    ramps={} if ramps is None else ramps)
         view = View(dag=dag, task=task, task_rev=0, task_input=input, task_input_loaded=True)
         for nid, preds in dag.predecessors.items():
-            view.snaps[nid] = Snapshot(task_id="t1", node_id=nid, last_updated=now,
+            view.snaps[nid] = Snapshot(task_id=task_id, node_id=nid, last_updated=now,
                                        preds_left=len(preds))
         world.apply(plan_submit(view, now=now, ids=world.ids()))
         return world
@@ -118,21 +123,27 @@ class World:
     def view(self, nodes: Iterable[str] | None = None) -> View:
         """A view holding ``nodes`` (every node when None), as the shell would load it."""
         view = View(dag=self.dag, task=self.task, task_rev=1)
-        for nid in self.dag.nodes if nodes is None else nodes:
-            view.snaps[nid] = self.snaps[nid]
-            view.revs[nid] = 1
+        self.fill(view, Need(nodes=self.dag.nodes if nodes is None else nodes))
         return view
 
     def fill(self, view: View, need: Need) -> None:
         """Load what a rule asked for, as ``Engine._fill`` does."""
+        ramps = set(need.ramps)
         for nid in sorted(need.nodes):
             view.snaps[nid] = self.snaps[nid]
             view.revs[nid] = 1
+            # The shell reads the ramps of these nodes' dependencies in the same read.
+            dependency = dependency_of(self.dag.nodes[nid])
+            if dependency and dependency not in view.ramps:
+                ramps.add(dependency)
         for nid in sorted(need.outputs):
             view.outputs[nid] = self.blobs[nid]
         if need.task_input:
             view.task_input = self.task.input
             view.task_input_loaded = True
+        for dependency in sorted(ramps):
+            view.ramps[dependency] = self.ramps.get(dependency)
+            view.ramp_revs[dependency] = 1 if dependency in self.ramps else 0
 
     def decide(self, rule: Rule, *, preload: Iterable[str] = ()) -> Plan:
         """Call ``rule`` on a view that starts with ``preload`` and grows on each
@@ -143,7 +154,8 @@ class World:
             try:
                 return rule(view)
             except Need as need:
-                assert need.nodes or need.outputs or need.task_input, "an empty Need"
+                assert need.nodes or need.outputs or need.task_input or need.ramps, \
+                    "an empty Need"
                 # A rule must never ask again for what it was given: that would loop.
                 assert not (need.nodes & view.snaps.keys()), need.nodes
                 self.loads.append(need)
@@ -164,6 +176,11 @@ class World:
                     counts[before] = counts.get(before, 0) - 1
                 counts[after] = counts.get(after, 0) + 1
         self.snaps.update(plan.writes)
+        for dependency, ramp in plan.ramps.items():
+            if ramp is None:
+                self.ramps.pop(dependency, None)
+            else:
+                self.ramps[dependency] = ramp
         self.events.extend(plan.events)
         self.queue.extend(plan.enqueue)
         if changed:
@@ -182,7 +199,8 @@ class World:
     def claim(self, node_id: str, *, now: float, worker: str = "w1",
               lease: float = 30.0) -> Plan:
         return self.run(lambda v: plan_claim(v, node_id, worker=worker, lease=lease, now=now,
-                                             ids=self.ids()), preload=(node_id,))
+                                             ids=self.ids(), config=self.config),
+                        preload=(node_id,))
 
     def heartbeat(self, node_id: str, *, fence: int, now: float, lease: float = 30.0) -> Plan:
         return self.run(lambda v: plan_heartbeat(v, node_id, fence=fence, lease=lease,
@@ -210,7 +228,8 @@ class World:
 
     def expire(self, node_id: str, *, now: float, owner_dead: bool = False) -> Plan:
         return self.run(lambda v: plan_expire(v, node_id, now=now, ids=self.ids(),
-                                              owner_dead=owner_dead), preload=(node_id,))
+                                              owner_dead=owner_dead, config=self.config),
+                        preload=(node_id,))
 
     def cancel(self, *, now: float, by: str = "admin") -> Plan:
         return self.run(lambda v: plan_cancel(v, now=now, ids=self.ids(), by=by))
