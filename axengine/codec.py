@@ -217,6 +217,9 @@ def snapshot_message(s: Snapshot) -> Any:
         paused_seconds=s.paused_seconds,
         gate_until=s.gate_until,
         decision_json=_json_or_empty(s.decision),
+        resume_json=_json_or_empty(s.resume),
+        checkpoint_json=_json_or_empty(s.checkpoint),
+        run_seconds=s.run_seconds,
         preds_left=s.preds_left,
         reached=s.reached,
         last_updated_unix=s.last_updated,
@@ -281,6 +284,9 @@ def decode_snapshot(data: bytes) -> Snapshot:
         paused_seconds=m.paused_seconds,
         gate_until=m.gate_until,
         decision=_json_object_or_none(m.decision_json, "decision_json"),
+        resume=_json_or_none(m.resume_json),
+        checkpoint=_json_or_none(m.checkpoint_json),
+        run_seconds=m.run_seconds,
         preds_left=m.preds_left,
         reached=m.reached,
         last_updated=last_updated,
@@ -317,6 +323,7 @@ def task_message(t: TaskRecord) -> Any:
         updated_at=t.updated_at,
         finished_at=t.finished_at,
         submitted_by=t.submitted_by,
+        paused_at=t.paused_at,
     )
 
 
@@ -348,6 +355,7 @@ def decode_task(data: bytes) -> TaskRecord:
         updated_at=m.updated_at,
         finished_at=m.finished_at,
         submitted_by=m.submitted_by,
+        paused_at=m.paused_at,
     )
 
 

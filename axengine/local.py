@@ -28,7 +28,7 @@ from axengine.engine import (
 )
 from axengine.process import AxProcess, ExecutorSpec, Shape
 from axengine.queue import DEFAULT_LANE, FAST_LANE
-from axengine.wire import RunResult, path_of, result_of
+from axengine.wire import RunResult, path_of, result_of, resumes_by_itself
 from axengine.worker import THREAD, Runner
 from axengine.worker._process import DEFAULT_GRACE_SECONDS
 from executors.contract import Handler
@@ -179,8 +179,12 @@ class LocalSession:
                                                  by=decided_by, comment="")
                         progressed = True
                 if not progressed:
-                    break
-                continue
+                    if not any(resumes_by_itself(s, view.dag.nodes[n].type)
+                               for n, s in view.snapshots.items()):
+                        break
+                    # A pause with a set time: the reconciler resumes it; wait on.
+                else:
+                    continue
             wait_for = 1.0 if end is None else min(1.0, end - loop.time())
             if wait_for <= 0:
                 break

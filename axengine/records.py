@@ -113,7 +113,13 @@ class Snapshot:
         finished_at: When the node reached a final state.
         paused_at: When the node was paused (0 when not paused).
         paused_seconds: Time spent paused, not counted as node time.
-        gate_until: ``human_gateway``: when the wait for a decision expires.
+        gate_until: PAUSED: when the wait ends — a ``human_gateway``'s decision deadline,
+            or the time a paused handler asked to be resumed at (0: until resumed).
+        resume: The data the node was resumed with (a callback's body), handed to the
+            next run in its request.
+        checkpoint: State the handler left for its next run (a vendor job id...).
+        run_seconds: Time the current attempt ran before it paused: the resumed run has
+            the rest of the node's timeout, not a new one.
         decision: ``human_gateway``: {decision, by, at, comment} once decided.
         last_updated: Time of the last write.
         preds_left: Predecessors whose outgoing edges are not decided yet; the node is
@@ -149,6 +155,9 @@ class Snapshot:
     paused_seconds: float = 0.0
     gate_until: float = 0.0
     decision: Mapping[str, Any] | None = None
+    resume: Any = None
+    checkpoint: Any = None
+    run_seconds: float = 0.0
     last_updated: float = 0.0
     preds_left: int = 0
     reached: bool = False
@@ -174,6 +183,8 @@ class TaskRecord:
         counts: Number of nodes per :class:`NodeState` value.
         submitted_by: The principal that submitted the task (the token's name; ``local``
             for the embedded engine). Gates with the four-eyes rule refuse its decision.
+        paused_at: When the task became PAUSED (0: it is not). Its deadline does not
+            run while it is PAUSED: leaving PAUSED moves ``deadline`` by the pause.
     """
 
     task_id: str
@@ -192,6 +203,7 @@ class TaskRecord:
     updated_at: float = 0.0
     finished_at: float = 0.0
     submitted_by: str = ""
+    paused_at: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

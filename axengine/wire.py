@@ -179,6 +179,7 @@ def node_json(snap: Snapshot, node_type: str) -> dict[str, Any]:
         "ready_at": snap.ready_at, "not_before": snap.not_before,
         "started_at": snap.started_at, "finished_at": snap.finished_at,
         "gate_until": snap.gate_until, "paused_seconds": snap.paused_seconds,
+        "checkpoint": snap.checkpoint, "resume": snap.resume,
     }
 
 
@@ -204,7 +205,15 @@ def node_from_json(task_id: str, node_id: str, data: Mapping[str, Any]) -> Snaps
         not_before=num("not_before"), started_at=num("started_at"),
         finished_at=num("finished_at"), paused_seconds=num("paused_seconds"),
         gate_until=num("gate_until"), decision=dict(decision) if decision is not None else None,
+        checkpoint=data.get("checkpoint"), resume=data.get("resume"),
     )
+
+
+def resumes_by_itself(snap: Snapshot, node_type: str) -> bool:
+    """A node its handler paused for a set time: the engine resumes it (a gate, or a
+    pause until a resume call, waits for someone)."""
+    return (snap.state is NodeState.PAUSED and node_type != "human_gateway"
+            and snap.gate_until > 0)
 
 
 @dataclass(frozen=True)

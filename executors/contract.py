@@ -27,6 +27,7 @@ __all__ = [
     "NodeContext",
     "NodeRequest",
     "Outcome",
+    "Paused",
     "Success",
     "Unavailable",
 ]
@@ -51,6 +52,9 @@ class NodeRequest:
         labels: Task labels.
         input_revision: Stable hash of (task, node, rendered input); the base of
             side-effect idempotency keys.
+        checkpoint: What an earlier run of this node left (:class:`Paused`), or None.
+        resume: The data the node was resumed with after a pause (a callback's body),
+            or None.
     """
 
     task_id: str
@@ -62,6 +66,15 @@ class NodeRequest:
     input: Any
     labels: Mapping[str, str] = field(default_factory=dict)
     input_revision: str = ""
+    checkpoint: Any = None
+    resume: Any = None
+
+    @property
+    def resume_key(self) -> str:
+        """The key a callback names to resume this node after it paused (``POST
+        /v1/callbacks/{key}``): the task, the node and its input revision, so a callback
+        for another input of the node is refused."""
+        return f"{self.task_id}~{self.node_id}~{self.input_revision}"
 
 
 @dataclass(frozen=True)
@@ -95,7 +108,24 @@ class Unavailable:
     retry_after: float | None = None
 
 
-Outcome = Success | Failure | Unavailable
+@dataclass(frozen=True)
+class Paused:
+    """The node waits for something outside — a vendor's queue, a rate limit, a
+    callback — and gives back its slot and lease meanwhile.
+
+    The node is PAUSED and spends no attempt; every clock stops (its timeout, stall
+    window and queue timeout, and the task's deadline while the task is PAUSED). It is
+    resumed after ``seconds`` (None: only by a resume call or a callback naming
+    :attr:`NodeRequest.resume_key`); the next run gets ``checkpoint`` and the resume
+    data in its request, and the rest of the timeout it had not used.
+    """
+
+    reason: str
+    seconds: float | None = None
+    checkpoint: Any = None
+
+
+Outcome = Success | Failure | Unavailable | Paused
 
 
 class Effect(Protocol):

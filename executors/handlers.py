@@ -24,6 +24,7 @@ from executors.contract import (
     NodeContext,
     NodeRequest,
     Outcome,
+    Paused,
     Success,
     Unavailable,
 )
@@ -77,10 +78,10 @@ def handle(request: NodeRequest, ctx: NodeContext) -> Outcome:
             retryable=retryable if isinstance(retryable, bool) else True,
             details={"exception": type(exc).__name__, "attempt": request.attempt},
         )
-    if not isinstance(outcome, Success | Failure | Unavailable):
+    if not isinstance(outcome, Success | Failure | Unavailable | Paused):
         return Failure(
             f"node {request.node_id!r}: handler returned {type(outcome).__name__}, not an "
-            "Outcome (Success, Failure or Unavailable)",
+            "Outcome (Success, Failure, Unavailable or Paused)",
             retryable=False,
         )
     return outcome

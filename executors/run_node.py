@@ -64,6 +64,7 @@ from executors.contract import (
     NodeContext,
     NodeRequest,
     Outcome,
+    Paused,
     Success,
     Unavailable,
 )
@@ -112,6 +113,8 @@ def request_to_json(request: NodeRequest) -> dict[str, Any]:
         "input": request.input,
         "labels": dict(request.labels),
         "input_revision": request.input_revision,
+        "checkpoint": request.checkpoint,
+        "resume": request.resume,
     }
 
 
@@ -127,6 +130,8 @@ def request_from_json(data: Mapping[str, Any]) -> NodeRequest:
         input=data.get("input"),
         labels={str(k): str(v) for k, v in (data.get("labels") or {}).items()},
         input_revision=str(data.get("input_revision") or ""),
+        checkpoint=data.get("checkpoint"),
+        resume=data.get("resume"),
     )
 
 
@@ -137,6 +142,9 @@ def outcome_to_json(outcome: Outcome) -> dict[str, Any]:
     if isinstance(outcome, Failure):
         return {"kind": "failure", "message": outcome.message, "retryable": outcome.retryable,
                 "details": dict(outcome.details)}
+    if isinstance(outcome, Paused):
+        return {"kind": "paused", "reason": outcome.reason, "seconds": outcome.seconds,
+                "checkpoint": outcome.checkpoint}
     return {"kind": "unavailable", "dependency": outcome.dependency,
             "evidence": outcome.evidence, "retry_after": outcome.retry_after}
 
@@ -159,6 +167,11 @@ def outcome_from_json(data: Mapping[str, Any]) -> Outcome:
         return Unavailable(dependency=str(data.get("dependency", "")),
                            evidence=str(data.get("evidence", "")),
                            retry_after=float(wait) if isinstance(wait, int | float) else None)
+    if kind == "paused":
+        seconds = data.get("seconds")
+        return Paused(reason=str(data.get("reason", "")),
+                      seconds=float(seconds) if isinstance(seconds, int | float) else None,
+                      checkpoint=data.get("checkpoint"))
     raise ValueError(f"not an outcome: kind {kind!r}")
 
 
@@ -353,9 +366,10 @@ def _run(handler: Handler, request: NodeRequest, ctx: NodeContext) -> tuple[Outc
         return Failure(f"node {request.node_id!r} raised {type(exc).__name__}: {exc}",
                        retryable=getattr(exc, "retryable", True) is not False,
                        details={"exception": type(exc).__name__}), False
-    if not isinstance(outcome, Success | Failure | Unavailable):
+    if not isinstance(outcome, Success | Failure | Unavailable | Paused):
         return Failure(f"node {request.node_id!r}: handler returned {type(outcome).__name__}, "
-                       "not an Outcome (Success, Failure or Unavailable)", retryable=False), False
+                       "not an Outcome (Success, Failure, Unavailable or Paused)",
+                       retryable=False), False
     out_of_memory = (isinstance(outcome, Failure)
                      and outcome.details.get("exception") == "MemoryError")
     return outcome, out_of_memory

@@ -362,7 +362,7 @@ def test_token_is_sent_as_a_bearer_header() -> None:
 
 
 OPERATIONS = ["submit", "get", "events", "result", "task_view", "watch", "wait", "run",
-              "decide", "approve", "reject", "cancel", "retry", "list_tasks", "list_dags",
+              "decide", "approve", "reject", "resume", "cancel", "retry", "list_tasks", "list_dags",
               "list_approvals", "validate", "ready"]
 
 

@@ -29,7 +29,7 @@ from axengine.engine import ClaimResult, Engine, Snapshot, TaskRecord, check_dig
 from axengine.errors import BlobError, InputError, NotFound
 from axengine.metrics import AxMetrics
 from axengine.records import BlobRef, Event, NodeState
-from executors.contract import Failure, Outcome, Success, Unavailable
+from executors.contract import Failure, Outcome, Paused, Success, Unavailable
 
 __all__ = ["AxServicer", "ExecutorServicer", "add_services"]
 
@@ -195,6 +195,14 @@ class AxServicer(_Base):
         snap, _ = await ops.node_snapshot(self.engine, request.task_id, request.node_id)
         return pb.DecideReply(snapshot=snapshot_pb(snap), repeated=result == "already-done")
 
+    @rpc("approve", state_conflict=True)
+    async def ResumeNode(self, request: Any, context: Any, who: Principal) -> Any:
+        data = ops.parse_json_text(request.data_json, "data_json", empty=None)
+        result = await self.engine.resume(request.task_id, request.node_id, data=data,
+                                          by=who.name, input_revision=request.input_revision)
+        snap, _ = await ops.node_snapshot(self.engine, request.task_id, request.node_id)
+        return pb.ResumeNodeReply(snapshot=snapshot_pb(snap), repeated=result == "already-done")
+
     @rpc("admin", state_conflict=True)
     async def CancelTask(self, request: Any, context: Any, who: Principal) -> Any:
         by = f"{who.name} ({request.reason})" if request.reason else who.name
@@ -233,7 +241,13 @@ def _claimed_pb(claim: ClaimResult) -> Any:
         node_type=req.node_type, config_json=codec.canonical_json(dict(req.config)),
         input_json=codec.canonical_json(req.input), labels=dict(req.labels),
         input_revision=req.input_revision, lease_until=claim.lease_until,
-        submitted_by=claim.submitted_by, dag_hash=claim.dag_hash)
+        submitted_by=claim.submitted_by, dag_hash=claim.dag_hash,
+        checkpoint_json=_json_or_empty(req.checkpoint), resume_json=_json_or_empty(req.resume),
+        timeout=claim.timeout)
+
+
+def _json_or_empty(value: Any) -> str:
+    return "" if value is None else codec.canonical_json(value)
 
 
 class ExecutorServicer(_Base):
@@ -331,7 +345,13 @@ class ExecutorServicer(_Base):
             seen = request.unavailable
             return Unavailable(seen.dependency, seen.evidence,
                                seen.retry_after if seen.HasField("retry_after") else None)
-        raise InputError("give an outcome: success, failure or unavailable")
+        if which == "paused":
+            paused = request.paused
+            return Paused(paused.reason,
+                          seconds=paused.seconds if paused.HasField("seconds") else None,
+                          checkpoint=ops.parse_json_text(paused.checkpoint_json,
+                                                         "checkpoint_json", empty=None))
+        raise InputError("give an outcome: success, failure, unavailable or paused")
 
     @rpc("executor")
     async def Complete(self, request: Any, context: Any, who: Principal) -> Any:

@@ -70,6 +70,12 @@ class DecisionBody(_Strict):
     comment: str = Field("", max_length=2000)
 
 
+class ResumeBody(_Strict):
+    """``POST …/resume``: the data handed to the node's next run."""
+
+    data: Any = Field(None, description="any JSON value; the next run's request.resume")
+
+
 class CancelBody(_Strict):
     reason: str = Field("", max_length=500)
 
@@ -128,6 +134,8 @@ class NodeJson(_Strict):
     finished_at: float
     gate_until: float
     paused_seconds: float
+    checkpoint: Any = Field(None, description="what a paused run left for the next run")
+    resume: Any = Field(None, description="the data the node was resumed with")
 
 
 class TaskJson(_Strict):
@@ -183,6 +191,11 @@ class EventPage(_Strict):
 
 
 class DecisionReply(_Strict):
+    result: Literal["committed", "already-done"]
+    node: NodeJson
+
+
+class ResumeReply(_Strict):
     result: Literal["committed", "already-done"]
     node: NodeJson
 

@@ -51,6 +51,8 @@ from axengine.api._models import (
     EventPage,
     HealthReply,
     ReadyReply,
+    ResumeBody,
+    ResumeReply,
     RetryBody,
     SubmitBody,
     SubmitReply,
@@ -559,6 +561,34 @@ def create_app(*, engine: Engine, auth: Authenticator | None, metrics: AxMetrics
                                      comment=body.comment)
         snap, node_type = await ops.node_snapshot(engine, task_id, node_id)
         return _json_response(200, {"result": result, "node": ops.node_json(snap, node_type)})
+
+    async def _resume(task_id: str, node_id: str, data: Any, who: Principal,
+                      input_revision: str = "") -> Response:
+        result = await engine.resume(task_id, node_id, data=data, by=who.name,
+                                     input_revision=input_revision)
+        snap, node_type = await ops.node_snapshot(engine, task_id, node_id)
+        return _json_response(200, {"result": result, "node": ops.node_json(snap, node_type)})
+
+    @app.post("/v1/tasks/{task_id}/nodes/{node_id}/resume", tags=["gates"],
+              response_model=ResumeReply, responses=_ERRORS)
+    async def resume(task_id: str, node_id: str, who: Approver,
+                     body: ResumeBody | None = None) -> Response:
+        """Resume a node its handler paused; ``data`` goes to its next run."""
+        return await _resume(task_id, node_id, body.data if body else None, who)
+
+    @app.post("/v1/callbacks/{key}", tags=["gates"], response_model=ResumeReply,
+              responses=_ERRORS)
+    async def callback(key: str, request: Request, who: Approver) -> Response:
+        """A callback for a paused node, named by its ``resume_key`` (task, node and input
+        revision, as its handler received it); the JSON body goes to its next run."""
+        parts = key.split("~")
+        if len(parts) != 3 or not all(parts):
+            raise InputError(f"callback key {key[:80]!r} is not TASK~NODE~INPUT_REVISION "
+                             "(the resume_key the node's handler was given)")
+        raw = await request.body()
+        data = limits.parse_json_text(raw.decode("utf-8", "replace"), "callback body") \
+            if raw.strip() else None
+        return await _resume(parts[0], parts[1], data, who, input_revision=parts[2])
 
     @app.post("/v1/tasks/{task_id}/cancel", tags=["tasks"], response_model=TaskActionReply,
               responses=_ERRORS)

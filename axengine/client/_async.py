@@ -143,6 +143,7 @@ class AsyncClient:
     decide = async_op(core.Core.decide)
     approve = async_op(core.Core.approve)
     reject = async_op(core.Core.reject)
+    resume = async_op(core.Core.resume)
     cancel = async_op(core.Core.cancel)
     retry = async_op(core.Core.retry)
     list_tasks = async_op(core.Core.list_tasks)

@@ -534,8 +534,10 @@ class Core:
             for gate in gates:
                 yield from self.decide(task_id, gate, decide[gate], comment=comment)
                 decided.add(gate)
-            if task["status"] == "PAUSED" and not gates:
-                break
+            if task["status"] == "PAUSED" and not gates and not any(
+                    v["state"] == "PAUSED" and v.get("type") != "human_gateway"
+                    and v.get("gate_until") for v in (task.get("nodes") or {}).values()):
+                break  # waiting for a person; a pause with a set time ends by itself
             left = None if end is None else end - time.monotonic()
             seen = False
             yield from _relay(self.watch(task_id, after_seq=after_seq, timeout=left), take)
@@ -576,6 +578,13 @@ class Core:
     def reject(self, task_id: str, node: str, comment: str = "") -> Op[str]:
         """Reject a waiting gate (:meth:`decide` with ``reject``)."""
         return self.decide(task_id, node, "reject", comment)
+
+    def resume(self, task_id: str, node: str, data: Any = None) -> Op[str]:
+        """Resume a node its handler paused; ``data`` goes to its next run:
+        ``committed`` or ``already-done``."""
+        reply = yield from self.call("POST", f"/v1/tasks/{task_id}/nodes/{node}/resume",
+                                     body={"data": data}, idempotent=True)
+        return str(reply["result"])
 
     def cancel(self, task_id: str, reason: str = "") -> Op[str]:
         """Cancel every unfinished node: ``committed`` or ``already-done``."""

@@ -146,6 +146,7 @@ class Client:
     decide = sync_op(core.Core.decide)
     approve = sync_op(core.Core.approve)
     reject = sync_op(core.Core.reject)
+    resume = sync_op(core.Core.resume)
     cancel = sync_op(core.Core.cancel)
     retry = sync_op(core.Core.retry)
     list_tasks = sync_op(core.Core.list_tasks)

@@ -37,7 +37,7 @@ from axengine.records import (
     TaskRecord,
     TaskStatus,
 )
-from executors.contract import Failure, Outcome, Success, Unavailable
+from executors.contract import Failure, Outcome, Paused, Success, Unavailable
 
 __all__ = [
     "DECIDED_STATES",
@@ -56,6 +56,7 @@ __all__ = [
     "plan_expire",
     "plan_heartbeat",
     "plan_progress",
+    "plan_resume",
     "plan_retry",
     "plan_submit",
     "sha256_json",
@@ -86,6 +87,8 @@ class RuleConfig:
             (it starts at one and doubles on each success).
         ramp_poll: Seconds after which a node the ramp did not admit asks again.
         ramp_waiter_ttl: Seconds after which a waiter that stopped asking is forgotten.
+        pause_cap: Longest time a handler's pause may name (a node paused with no time
+            waits for a resume call however long).
     """
 
     backoff_base: float = 1.0
@@ -93,6 +96,7 @@ class RuleConfig:
     unavailable_delay: float = 5.0
     retry_after_cap: float = 3600.0
     ramp_full: int = 16
+    pause_cap: float = 30 * 86400.0
     ramp_poll: float = 1.0
     ramp_waiter_ttl: float = 15.0
 
@@ -445,7 +449,7 @@ def plan_claim(view: View, node_id: str, *, worker: str, lease: float, now: floa
         b.event("lease_expired", snap, f"owner {snap.owner} lost the node (fence {snap.fence})")
     else:
         return Plan("not-claimable", detail=(snap.state.value, 0.0))
-    if task.deadline and now >= task.deadline:
+    if task.deadline and now >= deadline_at(task, now):
         b.fail(node, snap, "task deadline passed", retryable=False, dead=True)
         b.plan.result = "dead"
         return b.plan
@@ -542,7 +546,8 @@ def _legacy_prompt(prompt: str) -> bool:
 
 def _lease_until(task: TaskRecord, now: float, lease: float) -> float:
     """A lease never outlives the task's deadline."""
-    return min(now + lease, task.deadline) if task.deadline else now + lease
+    deadline = deadline_at(task, now)
+    return min(now + lease, deadline) if deadline else now + lease
 
 
 def holds(snap: Snapshot, fence: int, now: float) -> bool:
@@ -609,6 +614,8 @@ def plan_complete(view: View, node_id: str, *, fence: int, outcome: Outcome, now
         b.event("committed", done, f"-> {_taken(hops)}")
         b.settle(decided=[node_id])
         return b.plan
+    if isinstance(outcome, Paused):
+        return _pause(b, node, snap, outcome, config)
     if isinstance(outcome, Unavailable):
         # The dependency is down: keep WAITING with the evidence, refund the attempt,
         # and offer the node again when the dependency said it would take work again.
@@ -616,7 +623,7 @@ def plan_complete(view: View, node_id: str, *, fence: int, outcome: Outcome, now
         back = replace(
             snap, state=NodeState.WAITING, attempt=snap.attempt - 1, owner="",
             lease_until=0.0, evidence=f"{outcome.dependency}: {outcome.evidence}"[:1000],
-            not_before=now + delay,
+            not_before=now + delay, run_seconds=0.0,
         )
         b.write(back)
         b.event("unavailable", back, f"{back.evidence} (offered again in {delay:g}s)")
@@ -628,7 +635,7 @@ def plan_complete(view: View, node_id: str, *, fence: int, outcome: Outcome, now
         delay = backoff_delay(snap.attempt, f"{snap.task_id}/{node_id}/{snap.attempt}", config)
         back = replace(
             snap, state=NodeState.WAITING, owner="", lease_until=0.0, error=message,
-            error_retryable=True, not_before=now + delay,
+            error_retryable=True, not_before=now + delay, run_seconds=0.0,
         )
         b.write(back)
         b.event("retry", back, f"{message} (retry in {delay:.1f}s)")
@@ -656,6 +663,90 @@ def unavailable_delay(outcome: Unavailable, config: RuleConfig) -> float:
     if not math.isfinite(wait):
         return config.retry_after_cap
     return min(max(wait, 0.0), config.retry_after_cap)
+
+
+def _pause(b: _Builder, node: Node, snap: Snapshot, outcome: Paused,
+           config: RuleConfig) -> Plan:
+    """RUNNING → PAUSED: the handler waits for something outside. The slot and lease go
+    back, the attempt is refunded and the time it ran is kept (the resumed run gets the
+    rest of the timeout); the node is resumed at ``until`` or by :func:`plan_resume`."""
+    now = b.now
+    until = 0.0
+    if outcome.seconds is not None:
+        wait = outcome.seconds if math.isfinite(outcome.seconds) else config.pause_cap
+        until = now + min(max(wait, 0.0), config.pause_cap)
+    reason = outcome.reason[:1000] or "paused by the handler"
+    paused = replace(
+        snap, state=NodeState.PAUSED, attempt=snap.attempt - 1, owner="", lease_until=0.0,
+        paused_at=now, gate_until=until, evidence=reason, checkpoint=outcome.checkpoint,
+        resume=None, run_seconds=snap.run_seconds + max(now - snap.started_at, 0.0),
+    )
+    b.write(paused)
+    b.event("paused", paused, f"{reason} (" + (f"until {utc(until)}" if until else
+                                               "until resumed") + ")")
+    return b.plan
+
+
+def plan_resume(view: View, node_id: str, *, data: Any, by: str, now: float, ids: EventIds,
+                input_revision: str = "") -> Plan:
+    """PAUSED (by its handler) → WAITING, offered at once with ``data`` for its next run;
+    the time paused is added to ``paused_seconds`` and counts on no clock.
+
+    Raises:
+        InputError: No such node, or ``input_revision`` is not the node's (a callback
+            for another input of it).
+        Conflict: The node is not paused by its handler (a gate is decided, not
+            resumed), or was already resumed with other data.
+    """
+    node = view.dag.nodes.get(node_id)
+    if node is None:
+        raise InputError(f"task has no node {node_id!r}")
+    if node.type == "human_gateway":
+        raise Conflict(f"node {node_id!r} is a human gate: approve or reject it")
+    snap = view.snap(node_id)
+    if input_revision and input_revision != snap.input_revision:
+        raise InputError(f"node {node_id!r}: the callback names input revision "
+                         f"{input_revision[:16]!r}, the node has {snap.input_revision[:16]!r}")
+    if snap.state is not NodeState.PAUSED:
+        if snap.resume is not None and snap.resume == data and snap.state in (
+                NodeState.WAITING, NodeState.RUNNING, NodeState.SUCCEEDED):
+            return Plan("already-done")
+        raise Conflict(f"node {node_id!r} is {snap.state.value}, not paused")
+    b = _builder(view, now, ids, by)
+    _resumed(b, snap, data, f"resumed by {by}")
+    return b.plan
+
+
+def _resumed(b: _Builder, snap: Snapshot, data: Any, why: str) -> None:
+    now = b.now
+    back = replace(
+        snap, state=NodeState.WAITING, paused_seconds=snap.paused_seconds + (now - snap.paused_at),
+        paused_at=0.0, gate_until=0.0, not_before=now, resume=data, evidence="",
+    )
+    b.write(back)
+    b.event("resumed", back, why)
+    b.plan.enqueue.append((snap.node_id, 0.0))
+
+
+def task_clock(before: TaskRecord, after: TaskRecord, now: float) -> TaskRecord:
+    """The task's deadline does not run while it is PAUSED: entering PAUSED records
+    when, leaving it moves the deadline by the time paused."""
+    was, now_paused = before.status is TaskStatus.PAUSED, after.status is TaskStatus.PAUSED
+    if now_paused and not was:
+        return replace(after, paused_at=now)
+    if was and not now_paused and before.paused_at:
+        moved = after.deadline + (now - before.paused_at) if after.deadline else 0.0
+        return replace(after, paused_at=0.0, deadline=moved)
+    return after
+
+
+def deadline_at(task: TaskRecord, now: float) -> float:
+    """The task's deadline as of ``now`` (0: none): while it is PAUSED, it moves on."""
+    if not task.deadline:
+        return 0.0
+    if task.paused_at:
+        return task.deadline + max(now - task.paused_at, 0.0)
+    return task.deadline
 
 
 def four_eyes_violation(node: Node, task_submitted_by: str, by: str, *,
@@ -740,8 +831,12 @@ def plan_expire(view: View, node_id: str, *, now: float, ids: EventIds,
     task = view.task
     if snap.state in FINAL_STATES or snap.state is NodeState.PENDING:
         return Plan("ok")
-    if task.deadline and now >= task.deadline:
+    if task.deadline and now >= deadline_at(task, now):
         b.fail(node, snap, "task deadline passed", retryable=False, dead=True)
+        return b.plan
+    if (snap.state is NodeState.PAUSED and node.type != "human_gateway" and snap.gate_until
+            and now >= snap.gate_until):
+        _resumed(b, snap, None, f"resumed: its pause until {utc(snap.gate_until)} is over")
         return b.plan
     if snap.state is NodeState.PAUSED and node.type == "human_gateway" and now >= snap.gate_until:
         decision = node.on_timeout or "reject"
@@ -764,7 +859,8 @@ def plan_expire(view: View, node_id: str, *, now: float, ids: EventIds,
             return b.plan
         # not_before = now: claimable at once, and its queue wait starts now.
         back = replace(snap, state=NodeState.WAITING, fence=snap.fence + 1, owner="",
-                       lease_until=0.0, error=why, error_retryable=True, not_before=now)
+                       lease_until=0.0, error=why, error_retryable=True, not_before=now,
+                       run_seconds=0.0)
         b.write(back)
         b.event("lease_expired", back, f"{why}; owner {snap.owner} fenced out")
         b.plan.enqueue.append((node_id, 0.0))

@@ -68,7 +68,10 @@ def claimed(task: TaskRecord, node: Node, snap: Snapshot, params: Mapping[str, A
         task_id=task.task_id, node_id=node.id, node_type=node.type, attempt=snap.attempt,
         fence=snap.fence, config=config, input=params.get("input"),
         labels=dict(task.labels), input_revision=snap.input_revision,
+        checkpoint=snap.checkpoint, resume=snap.resume,
     )
-    return ClaimResult("claimed", request=request, timeout=node.timeout,
+    # A run resumed after a pause has the rest of its attempt's timeout (at least 1 s).
+    timeout = max(node.timeout - snap.run_seconds, 1.0) if snap.run_seconds else node.timeout
+    return ClaimResult("claimed", request=request, timeout=timeout,
                        lease_until=snap.lease_until, submitted_by=task.submitted_by,
                        dag_hash=task.dag_hash)

@@ -261,7 +261,8 @@ class Engine(EngineReads):
         finished = base.finished_at
         if status.final and not view.task.status.final:
             finished = now
-        return replace(base, counts=counts, status=status, updated_at=now, finished_at=finished)
+        return rules.task_clock(view.task, replace(
+            base, counts=counts, status=status, updated_at=now, finished_at=finished), now)
 
     async def _commit(self, view: View, plan: rules.Plan, *,
                       extra_compares: Sequence[Compare] = (), extra_ops: Sequence[Op] = (),
@@ -482,6 +483,15 @@ class Engine(EngineReads):
             v, node_id, decision=decision, by=by, comment=comment, now=self.clock(),
             four_eyes=self.config.four_eyes,
             ids=self._ids()), preload=())
+        return plan.result
+
+    async def resume(self, task_id: str, node_id: str, *, data: Any = None, by: str,
+                     input_revision: str = "") -> str:
+        """Resume a node its handler paused (see :func:`rules.plan_resume`):
+        ``committed`` or ``already-done``."""
+        plan, _ = await self._apply(task_id, lambda v: rules.plan_resume(
+            v, node_id, data=data, by=by, now=self.clock(), ids=self._ids(),
+            input_revision=input_revision), preload=())
         return plan.result
 
     async def expire(self, task_id: str, node_id: str, *, owner_dead: bool = False) -> str:

@@ -32,7 +32,7 @@ from axengine import faults
 from axengine.errors import InputError
 from axengine.limits import check_json_value
 from axengine.worker._context import RunContext
-from executors.contract import Failure, Handler, NodeRequest, Outcome, Success
+from executors.contract import Failure, Handler, NodeRequest, Outcome, Paused, Success
 
 __all__ = ["THREAD", "Reported", "Runner", "ThreadRunner", "checked_outcome", "pick_runner",
            "stopped", "timed_out"]
@@ -72,15 +72,23 @@ class Runner(Protocol):
         ...
 
 
+#: Largest checkpoint a paused run may leave (it is stored in the node's snapshot).
+MAX_CHECKPOINT_BYTES = 64 * 1024
+
+
 def checked_outcome(outcome: Outcome, node_id: str) -> Outcome:
     """``outcome``, or a non-retryable Failure when a Success's output is not storable
-    JSON. Size is not bounded here: large outputs go to the blob store."""
-    if isinstance(outcome, Success):
-        try:
+    JSON (size not bounded here: large outputs go to the blob store), or a Paused's
+    checkpoint is not JSON within :data:`MAX_CHECKPOINT_BYTES`."""
+    try:
+        if isinstance(outcome, Success):
             check_json_value(outcome.output, f"output of node {node_id!r}",
                              max_bytes=sys.maxsize)
-        except InputError as exc:
-            return Failure(str(exc), retryable=False)
+        elif isinstance(outcome, Paused) and outcome.checkpoint is not None:
+            check_json_value(outcome.checkpoint, f"checkpoint of node {node_id!r}",
+                             max_bytes=MAX_CHECKPOINT_BYTES)
+    except InputError as exc:
+        return Failure(str(exc), retryable=False)
     return outcome
 
 

@@ -49,7 +49,7 @@ import grpc
 from axengine import codec
 from axengine.engine import ClaimResult
 from axengine.errors import AxError, BlobError, InputError, StoreError, class_for_grpc
-from executors.contract import Failure, NodeRequest, Outcome, Success, Unavailable
+from executors.contract import Failure, NodeRequest, Outcome, Paused, Success, Unavailable
 from proto.ax.v1 import ax_pb2, ax_pb2_grpc
 
 __all__ = [
@@ -239,9 +239,12 @@ class GrpcEngineClient:
             attempt=reply.attempt, fence=reply.fence, config=config,
             input=self._input_of(reply), labels=dict(reply.labels),
             input_revision=reply.input_revision,
+            checkpoint=json.loads(reply.checkpoint_json) if reply.checkpoint_json else None,
+            resume=json.loads(reply.resume_json) if reply.resume_json else None,
         )
-        return ClaimResult("claimed", request=request,
-                           timeout=float(config.get("timeout") or 0.0) or 300.0,
+        # An older API sends no timeout: the node's own.
+        timeout = reply.timeout or float(config.get("timeout") or 0.0) or 300.0
+        return ClaimResult("claimed", request=request, timeout=timeout,
                            lease_until=reply.lease_until, submitted_by=reply.submitted_by,
                            dag_hash=reply.dag_hash)
 
@@ -307,6 +310,12 @@ class GrpcEngineClient:
             request.unavailable.evidence = outcome.evidence
             if outcome.retry_after is not None:
                 request.unavailable.retry_after = outcome.retry_after
+        elif isinstance(outcome, Paused):
+            request.paused.reason = outcome.reason
+            if outcome.seconds is not None:
+                request.paused.seconds = outcome.seconds
+            if outcome.checkpoint is not None:
+                request.paused.checkpoint_json = codec.canonical_json(outcome.checkpoint)
         elif isinstance(outcome, Failure):
             request.failure.message = outcome.message
             request.failure.retryable = outcome.retryable

@@ -52,7 +52,15 @@ import pydantic
 import pydantic_core
 import typing_extensions
 
-from executors.contract import Failure, NodeContext, NodeRequest, Outcome, Success, Unavailable
+from executors.contract import (
+    Failure,
+    NodeContext,
+    NodeRequest,
+    Outcome,
+    Paused,
+    Success,
+    Unavailable,
+)
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -82,6 +90,9 @@ MODULES_SETTING = "tool_modules"
 MODULES_ENV = "AX_TOOL_MODULES"
 #: The parameter name through which a function tool receives its NodeContext.
 CTX_PARAMETER = "ctx"
+#: The parameter name through which a function tool receives its NodeRequest (attempt,
+#: ``checkpoint`` and ``resume`` after a pause, ``resume_key`` for a vendor's callback).
+REQUEST_PARAMETER = "request"
 #: Seconds between cancellation checks while an async tool runs.
 CANCEL_CHECK_INTERVAL = 0.05
 #: Validation errors quoted in a failure message (the details hold them all).
@@ -153,6 +164,12 @@ class ToolRegistry:
                     f"{origin}; rename one of them")
             self._entries[name] = _Entry(run, origin)
             self._runs[name] = run
+
+    def unregister(self, name: str) -> None:
+        """Remove ``name`` (a tool registered for a while: a test, a plugin unloaded)."""
+        with self._lock:
+            self._entries.pop(name, None)
+            self._runs.pop(name, None)
 
     def get(self, name: str) -> Tool | None:
         """The tool named ``name``, if registered."""
@@ -254,11 +271,13 @@ def tool(name: str, *, registry: ToolRegistry | None = None) -> Callable[[F], F]
       parameters with defaults are optional), and any other input goes to the only
       parameter; annotations are the validation schema (none means ``Any``);
     - a parameter named ``ctx`` receives the :class:`~executors.contract.NodeContext`
-      (``settings``, ``heartbeat()``, ``progress()``, ``effect()``, ``cancelled``).
+      (``settings``, ``heartbeat()``, ``progress()``, ``effect()``, ``cancelled``);
+    - a parameter named ``request`` receives the :class:`~executors.contract.NodeRequest`
+      (``attempt``, ``checkpoint`` and ``resume`` after a pause, ``resume_key``).
 
     The return value is the output: JSON values, pydantic models, dataclasses, dates…
     (converted with pydantic's JSON mode); an ``Outcome`` (``Success``, ``Failure``,
-    ``Unavailable``) is passed on as is. Invalid input is a non-retryable failure naming
+    ``Unavailable``, ``Paused``) is passed on as is. Invalid input is a non-retryable failure naming
     the node, tool and field; an exception is a retryable failure unless it is a
     :class:`ToolError` with ``retryable=False`` (or carries ``retryable = False``).
     An ``async def`` runs in an event loop of its own in the handler's thread and is
@@ -301,11 +320,14 @@ class FunctionTool:
             hints = _parameter_hints(function)
         except (TypeError, ValueError, NameError) as exc:
             raise ToolRegistrationError(f"{where}: cannot read its signature: {exc}") from exc
-        self.wants_ctx = False
+        self.wants_ctx = self.wants_request = False
         fields: dict[str, Any] = {}
         for param in signature.parameters.values():
             if param.name == CTX_PARAMETER:
                 self.wants_ctx = True
+                continue
+            if param.name == REQUEST_PARAMETER:
+                self.wants_request = True
                 continue
             if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD, param.POSITIONAL_ONLY):
                 raise ToolRegistrationError(
@@ -344,6 +366,8 @@ class FunctionTool:
             return _invalid(where, exc, self.expects)
         if self.wants_ctx:
             kwargs[CTX_PARAMETER] = ctx
+        if self.wants_request:
+            kwargs[REQUEST_PARAMETER] = request
         try:
             result = self.function(**kwargs)
             if inspect.isawaitable(result):
@@ -376,6 +400,7 @@ def _parameter_hints(function: Callable[..., Any]) -> dict[str, Any]:
     import only for type checkers) and the return value (never validated)."""
     annotations = dict(getattr(function, "__annotations__", None) or {})
     annotations.pop(CTX_PARAMETER, None)
+    annotations.pop(REQUEST_PARAMETER, None)
     annotations.pop("return", None)
     target = inspect.unwrap(function)
     holder = types.SimpleNamespace(__annotations__=annotations,
@@ -423,7 +448,7 @@ def _raised(where: str, exc: Exception, request: NodeRequest) -> Failure:
 
 
 def _outcome(where: str, result: Any) -> Outcome:
-    if isinstance(result, Success | Failure | Unavailable):
+    if isinstance(result, Success | Failure | Unavailable | Paused):
         return result
     try:
         output = pydantic_core.to_jsonable_python(result)

@@ -31,8 +31,10 @@ from axengine.engine._rules import (
     plan_expire,
     plan_heartbeat,
     plan_progress,
+    plan_resume,
     plan_retry,
     plan_submit,
+    task_clock,
 )
 from axengine.engine._view import Need, View
 from axengine.records import Event, NodeState, Snapshot, TaskRecord, TaskStatus
@@ -186,8 +188,10 @@ class World:
         if changed:
             base = plan.task or self.task
             status = derive_status(counts, base.status is TaskStatus.CANCELLED)
-            self.task = replace(base, counts={k: v for k, v in sorted(counts.items()) if v},
-                                status=status)
+            self.task = task_clock(self.task, replace(
+                base, counts={k: v for k, v in sorted(counts.items()) if v}, status=status),
+                # The shell stamps the commit with its clock; here, the plan's own time.
+                max((e.at for e in plan.events), default=self.task.updated_at))
         return plan
 
     def run(self, rule: Rule, *, preload: Iterable[str] = ()) -> Plan:
@@ -225,6 +229,12 @@ class World:
         return self.run(lambda v: plan_decide(v, node_id, decision=decision, by=by,
                                               comment=comment, now=now, ids=self.ids(),
                                               four_eyes=four_eyes))
+
+    def resume(self, node_id: str, *, now: float, data: Any = None, by: str = "vendor",
+               input_revision: str = "") -> Plan:
+        return self.run(lambda v: plan_resume(v, node_id, data=data, by=by, now=now,
+                                              ids=self.ids(), input_revision=input_revision),
+                        preload=(node_id,))
 
     def expire(self, node_id: str, *, now: float, owner_dead: bool = False) -> Plan:
         return self.run(lambda v: plan_expire(v, node_id, now=now, ids=self.ids(),

@@ -72,6 +72,7 @@ METHODS = (
     "/ax.v1.AxService/GetEvents",
     "/ax.v1.AxService/WatchTask",
     "/ax.v1.AxService/Decide",
+    "/ax.v1.AxService/ResumeNode",
     "/ax.v1.AxService/CancelTask",
     "/ax.v1.AxService/RetryTask",
     "/ax.v1.AxService/ValidateDag",
@@ -283,7 +284,8 @@ def _md(md: list[tuple[str, Any]], world: World) -> list[tuple[str, Any]]:
 #: Principals allowed to call each method (reads: any role).
 ALLOWED_WHO = {
     "SubmitTask": ("admin", "submitter", "submitter2"), "ValidateDag": ("submitter", "admin"),
-    "Decide": ("approver", "admin"), "CancelTask": ("admin",), "RetryTask": ("admin",),
+    "Decide": ("approver", "admin"), "ResumeNode": ("approver", "admin"),
+    "CancelTask": ("admin",), "RetryTask": ("admin",),
     **{m: ("executor",) for m in ("Claim", "Heartbeat", "Progress", "Complete",
                                   "EffectBegin", "EffectDone", "EffectGet", "GetRun")},
 }

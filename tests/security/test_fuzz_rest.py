@@ -106,6 +106,8 @@ ROUTES: dict[str, str] = {
     "GET /v1/tasks/{task_id}/events": "none",
     "GET /v1/tasks/{task_id}/watch": "none",
     "POST /v1/tasks/{task_id}/nodes/{node_id}/decision": "decision",
+    "POST /v1/tasks/{task_id}/nodes/{node_id}/resume": "resume",
+    "POST /v1/callbacks/{key}": "callback",
     "POST /v1/tasks/{task_id}/cancel": "cancel",
     "POST /v1/tasks/{task_id}/retry": "retry",
     "POST /v1/dags/validate": "validate",
@@ -318,6 +320,8 @@ def model_body(draw: st.DrawFn, kind: str) -> Any:
     elif kind == "cancel":
         body = draw(st.fixed_dictionaries({}, optional={
             "reason": st.one_of(hostile_text(), st.just("r" * 501), json_value)}))
+    elif kind == "resume":
+        body = draw(st.fixed_dictionaries({}, optional={"data": json_value}))
     elif kind == "retry":
         body = draw(st.fixed_dictionaries({}, optional={
             "from_node": st.one_of(st.sampled_from(NODE_IDS), hostile_text(), json_value),
@@ -359,6 +363,8 @@ def sane_body(draw: st.DrawFn, kind: str) -> dict[str, Any]:
                 "comment": draw(text(60))}
     if kind == "cancel":
         return draw(st.fixed_dictionaries({}, optional={"reason": text(60)}))
+    if kind == "resume":
+        return draw(st.fixed_dictionaries({}, optional={"data": json_value}))
     if kind == "retry":
         return draw(st.fixed_dictionaries({"from_node": st.sampled_from(NODE_IDS)},
                                           optional={"input": json_value}))
@@ -370,7 +376,8 @@ def sane_body(draw: st.DrawFn, kind: str) -> dict[str, Any]:
 
 FIELDS = {"submit": ("dag", "dag_yaml", "dag_hash", "input", "priority", "labels",
                      "deadline_seconds", "idempotency_key"),
-          "decision": ("decision", "comment"), "cancel": ("reason",),
+          "decision": ("decision", "comment"), "cancel": ("reason",), "resume": ("data",),
+          "callback": ("x",),
           "retry": ("from_node", "input"), "validate": ("dag", "dag_yaml", "file"),
           "none": ("x",)}
 
@@ -457,6 +464,7 @@ def query(draw: st.DrawFn, route: str) -> str:
 #: Principals allowed by each kind of body (what a sane request uses).
 ALLOWED_WHO = {"submit": ("admin", "submitter", "submitter2"), "validate": ("submitter",
                "admin"), "decision": ("approver", "admin"), "cancel": ("admin",),
+               "resume": ("approver", "admin"), "callback": ("approver", "admin"),
                "retry": ("admin",), "none": ("admin", "submitter", "approver", "executor")}
 
 
@@ -467,6 +475,7 @@ def sane_request(draw: st.DrawFn, route: str) -> Req:
     method, path = route.split(" ", 1)
     kind = ROUTES[route]
     for name, real in (("{task_id}", REAL_TASKS), ("{node_id}", NODE_IDS),
+                       ("{key}", [f"{t}~{n}~x" for t in REAL_TASKS[:1] for n in NODE_IDS]),
                        ("{dag_hash}", REAL_HASHES)):
         if name in path:
             path = path.replace(name, draw(st.one_of(st.sampled_from(real),
@@ -500,6 +509,8 @@ def requests(draw: st.DrawFn, route: str) -> Req:
         path = path.replace("{node_id}", draw(path_segment(NODE_IDS)))
     if "{dag_hash}" in path:
         path = path.replace("{dag_hash}", draw(path_segment(REAL_HASHES)))
+    if "{key}" in path:
+        path = path.replace("{key}", draw(path_segment([f"{REAL_TASKS[0]}~n~x"])))
     if draw(st.integers(0, 14)) == 0:
         path += draw(st.sampled_from(["/", "/..", "/%2e%2e", "//", "/x"]))
     return Req(method, path, draw(query(route)), draw(headers(route)),

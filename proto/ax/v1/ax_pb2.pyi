@@ -116,7 +116,7 @@ class BlobRef(_message.Message):
     def __init__(self, uri: _Optional[str] = ..., sha256: _Optional[str] = ..., size: _Optional[int] = ...) -> None: ...
 
 class TaskSnapshot(_message.Message):
-    __slots__ = ("task_id", "node_id", "status", "retry_count", "last_updated", "input_params", "output_json", "next_hops", "state", "attempt", "fence", "owner", "lease_until", "heartbeat_at", "progress_at", "progress_marker", "input_json", "input_ref", "input_revision", "output_ref", "output_sha256", "error", "error_retryable", "evidence", "ready_at", "not_before", "started_at", "finished_at", "paused_at", "paused_seconds", "gate_until", "decision_json", "last_updated_unix", "preds_left", "reached")
+    __slots__ = ("task_id", "node_id", "status", "retry_count", "last_updated", "input_params", "output_json", "next_hops", "state", "attempt", "fence", "owner", "lease_until", "heartbeat_at", "progress_at", "progress_marker", "input_json", "input_ref", "input_revision", "output_ref", "output_sha256", "error", "error_retryable", "evidence", "ready_at", "not_before", "started_at", "finished_at", "paused_at", "paused_seconds", "gate_until", "decision_json", "last_updated_unix", "preds_left", "reached", "resume_json", "checkpoint_json", "run_seconds")
     class InputParamsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -166,6 +166,9 @@ class TaskSnapshot(_message.Message):
     LAST_UPDATED_UNIX_FIELD_NUMBER: _ClassVar[int]
     PREDS_LEFT_FIELD_NUMBER: _ClassVar[int]
     REACHED_FIELD_NUMBER: _ClassVar[int]
+    RESUME_JSON_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_JSON_FIELD_NUMBER: _ClassVar[int]
+    RUN_SECONDS_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     node_id: str
     status: str
@@ -201,10 +204,13 @@ class TaskSnapshot(_message.Message):
     last_updated_unix: float
     preds_left: int
     reached: bool
-    def __init__(self, task_id: _Optional[str] = ..., node_id: _Optional[str] = ..., status: _Optional[str] = ..., retry_count: _Optional[int] = ..., last_updated: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., input_params: _Optional[_Mapping[str, str]] = ..., output_json: _Optional[str] = ..., next_hops: _Optional[_Iterable[_Union[TaskSnapshot.NextHop, _Mapping]]] = ..., state: _Optional[_Union[NodeState, str]] = ..., attempt: _Optional[int] = ..., fence: _Optional[int] = ..., owner: _Optional[str] = ..., lease_until: _Optional[float] = ..., heartbeat_at: _Optional[float] = ..., progress_at: _Optional[float] = ..., progress_marker: _Optional[str] = ..., input_json: _Optional[str] = ..., input_ref: _Optional[_Union[BlobRef, _Mapping]] = ..., input_revision: _Optional[str] = ..., output_ref: _Optional[_Union[BlobRef, _Mapping]] = ..., output_sha256: _Optional[str] = ..., error: _Optional[str] = ..., error_retryable: _Optional[bool] = ..., evidence: _Optional[str] = ..., ready_at: _Optional[float] = ..., not_before: _Optional[float] = ..., started_at: _Optional[float] = ..., finished_at: _Optional[float] = ..., paused_at: _Optional[float] = ..., paused_seconds: _Optional[float] = ..., gate_until: _Optional[float] = ..., decision_json: _Optional[str] = ..., last_updated_unix: _Optional[float] = ..., preds_left: _Optional[int] = ..., reached: _Optional[bool] = ...) -> None: ...
+    resume_json: str
+    checkpoint_json: str
+    run_seconds: float
+    def __init__(self, task_id: _Optional[str] = ..., node_id: _Optional[str] = ..., status: _Optional[str] = ..., retry_count: _Optional[int] = ..., last_updated: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., input_params: _Optional[_Mapping[str, str]] = ..., output_json: _Optional[str] = ..., next_hops: _Optional[_Iterable[_Union[TaskSnapshot.NextHop, _Mapping]]] = ..., state: _Optional[_Union[NodeState, str]] = ..., attempt: _Optional[int] = ..., fence: _Optional[int] = ..., owner: _Optional[str] = ..., lease_until: _Optional[float] = ..., heartbeat_at: _Optional[float] = ..., progress_at: _Optional[float] = ..., progress_marker: _Optional[str] = ..., input_json: _Optional[str] = ..., input_ref: _Optional[_Union[BlobRef, _Mapping]] = ..., input_revision: _Optional[str] = ..., output_ref: _Optional[_Union[BlobRef, _Mapping]] = ..., output_sha256: _Optional[str] = ..., error: _Optional[str] = ..., error_retryable: _Optional[bool] = ..., evidence: _Optional[str] = ..., ready_at: _Optional[float] = ..., not_before: _Optional[float] = ..., started_at: _Optional[float] = ..., finished_at: _Optional[float] = ..., paused_at: _Optional[float] = ..., paused_seconds: _Optional[float] = ..., gate_until: _Optional[float] = ..., decision_json: _Optional[str] = ..., last_updated_unix: _Optional[float] = ..., preds_left: _Optional[int] = ..., reached: _Optional[bool] = ..., resume_json: _Optional[str] = ..., checkpoint_json: _Optional[str] = ..., run_seconds: _Optional[float] = ...) -> None: ...
 
 class Task(_message.Message):
-    __slots__ = ("task_id", "dag_hash", "dag_name", "input_json", "input_ref", "status", "priority", "deadline", "labels", "idempotency_key", "payload_sha256", "counts", "created_at", "updated_at", "finished_at", "submitted_by")
+    __slots__ = ("task_id", "dag_hash", "dag_name", "input_json", "input_ref", "status", "priority", "deadline", "labels", "idempotency_key", "payload_sha256", "counts", "created_at", "updated_at", "finished_at", "submitted_by", "paused_at")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -235,6 +241,7 @@ class Task(_message.Message):
     UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
     FINISHED_AT_FIELD_NUMBER: _ClassVar[int]
     SUBMITTED_BY_FIELD_NUMBER: _ClassVar[int]
+    PAUSED_AT_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     dag_hash: str
     dag_name: str
@@ -251,7 +258,8 @@ class Task(_message.Message):
     updated_at: float
     finished_at: float
     submitted_by: str
-    def __init__(self, task_id: _Optional[str] = ..., dag_hash: _Optional[str] = ..., dag_name: _Optional[str] = ..., input_json: _Optional[str] = ..., input_ref: _Optional[_Union[BlobRef, _Mapping]] = ..., status: _Optional[_Union[TaskStatus, str]] = ..., priority: _Optional[int] = ..., deadline: _Optional[float] = ..., labels: _Optional[_Mapping[str, str]] = ..., idempotency_key: _Optional[str] = ..., payload_sha256: _Optional[str] = ..., counts: _Optional[_Mapping[str, int]] = ..., created_at: _Optional[float] = ..., updated_at: _Optional[float] = ..., finished_at: _Optional[float] = ..., submitted_by: _Optional[str] = ...) -> None: ...
+    paused_at: float
+    def __init__(self, task_id: _Optional[str] = ..., dag_hash: _Optional[str] = ..., dag_name: _Optional[str] = ..., input_json: _Optional[str] = ..., input_ref: _Optional[_Union[BlobRef, _Mapping]] = ..., status: _Optional[_Union[TaskStatus, str]] = ..., priority: _Optional[int] = ..., deadline: _Optional[float] = ..., labels: _Optional[_Mapping[str, str]] = ..., idempotency_key: _Optional[str] = ..., payload_sha256: _Optional[str] = ..., counts: _Optional[_Mapping[str, int]] = ..., created_at: _Optional[float] = ..., updated_at: _Optional[float] = ..., finished_at: _Optional[float] = ..., submitted_by: _Optional[str] = ..., paused_at: _Optional[float] = ...) -> None: ...
 
 class Event(_message.Message):
     __slots__ = ("task_id", "event_id", "seq", "kind", "at", "node_id", "state", "attempt", "fence", "actor", "detail")
@@ -408,6 +416,26 @@ class DecideRequest(_message.Message):
     comment: str
     def __init__(self, task_id: _Optional[str] = ..., node_id: _Optional[str] = ..., decision: _Optional[_Union[Decision, str]] = ..., by: _Optional[str] = ..., comment: _Optional[str] = ...) -> None: ...
 
+class ResumeNodeRequest(_message.Message):
+    __slots__ = ("task_id", "node_id", "data_json", "input_revision")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    DATA_JSON_FIELD_NUMBER: _ClassVar[int]
+    INPUT_REVISION_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    node_id: str
+    data_json: str
+    input_revision: str
+    def __init__(self, task_id: _Optional[str] = ..., node_id: _Optional[str] = ..., data_json: _Optional[str] = ..., input_revision: _Optional[str] = ...) -> None: ...
+
+class ResumeNodeReply(_message.Message):
+    __slots__ = ("snapshot", "repeated")
+    SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
+    REPEATED_FIELD_NUMBER: _ClassVar[int]
+    snapshot: TaskSnapshot
+    repeated: bool
+    def __init__(self, snapshot: _Optional[_Union[TaskSnapshot, _Mapping]] = ..., repeated: _Optional[bool] = ...) -> None: ...
+
 class DecideReply(_message.Message):
     __slots__ = ("snapshot", "repeated")
     SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
@@ -497,7 +525,7 @@ class ClaimRequest(_message.Message):
     def __init__(self, task_id: _Optional[str] = ..., node_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., lease_seconds: _Optional[float] = ...) -> None: ...
 
 class ClaimReply(_message.Message):
-    __slots__ = ("result", "fence", "attempt", "node_type", "config_json", "input_json", "labels", "input_revision", "lease_until", "input_ref", "not_before", "reason", "submitted_by", "dag_hash")
+    __slots__ = ("result", "fence", "attempt", "node_type", "config_json", "input_json", "labels", "input_revision", "lease_until", "input_ref", "not_before", "reason", "submitted_by", "dag_hash", "checkpoint_json", "resume_json", "timeout")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -519,6 +547,9 @@ class ClaimReply(_message.Message):
     REASON_FIELD_NUMBER: _ClassVar[int]
     SUBMITTED_BY_FIELD_NUMBER: _ClassVar[int]
     DAG_HASH_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_JSON_FIELD_NUMBER: _ClassVar[int]
+    RESUME_JSON_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_FIELD_NUMBER: _ClassVar[int]
     result: ClaimResult
     fence: int
     attempt: int
@@ -533,7 +564,10 @@ class ClaimReply(_message.Message):
     reason: str
     submitted_by: str
     dag_hash: str
-    def __init__(self, result: _Optional[_Union[ClaimResult, str]] = ..., fence: _Optional[int] = ..., attempt: _Optional[int] = ..., node_type: _Optional[str] = ..., config_json: _Optional[str] = ..., input_json: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., input_revision: _Optional[str] = ..., lease_until: _Optional[float] = ..., input_ref: _Optional[_Union[BlobRef, _Mapping]] = ..., not_before: _Optional[float] = ..., reason: _Optional[str] = ..., submitted_by: _Optional[str] = ..., dag_hash: _Optional[str] = ...) -> None: ...
+    checkpoint_json: str
+    resume_json: str
+    timeout: float
+    def __init__(self, result: _Optional[_Union[ClaimResult, str]] = ..., fence: _Optional[int] = ..., attempt: _Optional[int] = ..., node_type: _Optional[str] = ..., config_json: _Optional[str] = ..., input_json: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., input_revision: _Optional[str] = ..., lease_until: _Optional[float] = ..., input_ref: _Optional[_Union[BlobRef, _Mapping]] = ..., not_before: _Optional[float] = ..., reason: _Optional[str] = ..., submitted_by: _Optional[str] = ..., dag_hash: _Optional[str] = ..., checkpoint_json: _Optional[str] = ..., resume_json: _Optional[str] = ..., timeout: _Optional[float] = ...) -> None: ...
 
 class GetRunRequest(_message.Message):
     __slots__ = ("task_id", "node_id", "fence")
@@ -600,7 +634,7 @@ class ProgressReply(_message.Message):
     def __init__(self, result: _Optional[_Union[LeaseResult, str]] = ..., progress_at: _Optional[float] = ...) -> None: ...
 
 class CompleteRequest(_message.Message):
-    __slots__ = ("task_id", "node_id", "fence", "worker_id", "success", "failure", "unavailable")
+    __slots__ = ("task_id", "node_id", "fence", "worker_id", "success", "failure", "unavailable", "paused")
     class Success(_message.Message):
         __slots__ = ("output_json", "output_ref")
         OUTPUT_JSON_FIELD_NUMBER: _ClassVar[int]
@@ -626,6 +660,15 @@ class CompleteRequest(_message.Message):
         evidence: str
         retry_after: float
         def __init__(self, dependency: _Optional[str] = ..., evidence: _Optional[str] = ..., retry_after: _Optional[float] = ...) -> None: ...
+    class Paused(_message.Message):
+        __slots__ = ("reason", "seconds", "checkpoint_json")
+        REASON_FIELD_NUMBER: _ClassVar[int]
+        SECONDS_FIELD_NUMBER: _ClassVar[int]
+        CHECKPOINT_JSON_FIELD_NUMBER: _ClassVar[int]
+        reason: str
+        seconds: float
+        checkpoint_json: str
+        def __init__(self, reason: _Optional[str] = ..., seconds: _Optional[float] = ..., checkpoint_json: _Optional[str] = ...) -> None: ...
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     FENCE_FIELD_NUMBER: _ClassVar[int]
@@ -633,6 +676,7 @@ class CompleteRequest(_message.Message):
     SUCCESS_FIELD_NUMBER: _ClassVar[int]
     FAILURE_FIELD_NUMBER: _ClassVar[int]
     UNAVAILABLE_FIELD_NUMBER: _ClassVar[int]
+    PAUSED_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     node_id: str
     fence: int
@@ -640,7 +684,8 @@ class CompleteRequest(_message.Message):
     success: CompleteRequest.Success
     failure: CompleteRequest.Failure
     unavailable: CompleteRequest.Unavailable
-    def __init__(self, task_id: _Optional[str] = ..., node_id: _Optional[str] = ..., fence: _Optional[int] = ..., worker_id: _Optional[str] = ..., success: _Optional[_Union[CompleteRequest.Success, _Mapping]] = ..., failure: _Optional[_Union[CompleteRequest.Failure, _Mapping]] = ..., unavailable: _Optional[_Union[CompleteRequest.Unavailable, _Mapping]] = ...) -> None: ...
+    paused: CompleteRequest.Paused
+    def __init__(self, task_id: _Optional[str] = ..., node_id: _Optional[str] = ..., fence: _Optional[int] = ..., worker_id: _Optional[str] = ..., success: _Optional[_Union[CompleteRequest.Success, _Mapping]] = ..., failure: _Optional[_Union[CompleteRequest.Failure, _Mapping]] = ..., unavailable: _Optional[_Union[CompleteRequest.Unavailable, _Mapping]] = ..., paused: _Optional[_Union[CompleteRequest.Paused, _Mapping]] = ...) -> None: ...
 
 class CompleteReply(_message.Message):
     __slots__ = ("result", "snapshot")

@@ -68,6 +68,11 @@ class AxServiceStub:
                 request_serializer=proto_dot_ax_dot_v1_dot_ax__pb2.DecideRequest.SerializeToString,
                 response_deserializer=proto_dot_ax_dot_v1_dot_ax__pb2.DecideReply.FromString,
                 _registered_method=True)
+        self.ResumeNode = channel.unary_unary(
+                '/ax.v1.AxService/ResumeNode',
+                request_serializer=proto_dot_ax_dot_v1_dot_ax__pb2.ResumeNodeRequest.SerializeToString,
+                response_deserializer=proto_dot_ax_dot_v1_dot_ax__pb2.ResumeNodeReply.FromString,
+                _registered_method=True)
         self.CancelTask = channel.unary_unary(
                 '/ax.v1.AxService/CancelTask',
                 request_serializer=proto_dot_ax_dot_v1_dot_ax__pb2.CancelTaskRequest.SerializeToString,
@@ -135,6 +140,14 @@ class AxServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ResumeNode(self, request, context):
+        """Resumes a node a handler paused (a vendor's callback, an operator): it runs again
+        with `data_json` in its request.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def CancelTask(self, request, context):
         """Cancels every node not yet final; running workers see a stale fence and stop.
         """
@@ -188,6 +201,11 @@ def add_AxServiceServicer_to_server(servicer, server):
                     servicer.Decide,
                     request_deserializer=proto_dot_ax_dot_v1_dot_ax__pb2.DecideRequest.FromString,
                     response_serializer=proto_dot_ax_dot_v1_dot_ax__pb2.DecideReply.SerializeToString,
+            ),
+            'ResumeNode': grpc.unary_unary_rpc_method_handler(
+                    servicer.ResumeNode,
+                    request_deserializer=proto_dot_ax_dot_v1_dot_ax__pb2.ResumeNodeRequest.FromString,
+                    response_serializer=proto_dot_ax_dot_v1_dot_ax__pb2.ResumeNodeReply.SerializeToString,
             ),
             'CancelTask': grpc.unary_unary_rpc_method_handler(
                     servicer.CancelTask,
@@ -371,6 +389,33 @@ class AxService:
             '/ax.v1.AxService/Decide',
             proto_dot_ax_dot_v1_dot_ax__pb2.DecideRequest.SerializeToString,
             proto_dot_ax_dot_v1_dot_ax__pb2.DecideReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ResumeNode(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ax.v1.AxService/ResumeNode',
+            proto_dot_ax_dot_v1_dot_ax__pb2.ResumeNodeRequest.SerializeToString,
+            proto_dot_ax_dot_v1_dot_ax__pb2.ResumeNodeReply.FromString,
             options,
             channel_credentials,
             insecure,
