@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from axengine.clock import SYSTEM, Clock, wait_event
+from axengine.engine import _rules as rules
 from axengine.engine._shell import Engine
 from axengine.errors import AxError
 from axengine.owners import owner_is_dead
@@ -111,7 +112,8 @@ class Reconciler:
             for snap in await engine.snapshots(task.task_id):
                 node = dag.nodes[snap.node_id]
                 ident = (task.task_id, snap.node_id)
-                past_deadline = bool(task.deadline) and now >= task.deadline
+                # (A PAUSED task's deadline moves on while it is paused.)
+                past_deadline = bool(task.deadline) and now >= rules.deadline_at(task, now)
                 if snap.state is NodeState.RUNNING:
                     stall = node.stall_timeout or node.timeout
                     lost = (now > snap.lease_until or now - snap.progress_at > stall
@@ -122,7 +124,8 @@ class Reconciler:
                                                      owner_dead=owner_is_dead(snap.owner))
                         report.expired.append((*ident, result))
                 elif snap.state is NodeState.PAUSED:
-                    if past_deadline or now >= snap.gate_until:
+                    # gate_until 0: paused until someone resumes it.
+                    if past_deadline or (snap.gate_until and now >= snap.gate_until):
                         result = await engine.expire(task.task_id, snap.node_id)
                         report.expired.append((*ident, result))
                 elif snap.state is NodeState.WAITING:

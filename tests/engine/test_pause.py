@@ -5,14 +5,22 @@ clock (through the REST API: tests/api/test_resume.py)."""
 
 from __future__ import annotations
 
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from axengine.clock import ManualClock
+from axengine.config import AxConfig
+from axengine.dag import load_dag_text
 from axengine.engine._runs import claimed
 from axengine.errors import Conflict, InputError
+from axengine.local import LocalSession
 from axengine.records import NodeState, TaskStatus
-from executors.contract import Paused, Success
+from executors.contract import NodeContext, NodeRequest, Outcome, Paused, Success
 from tests.engine.rules_kit import T0, World
 
 VENDOR = """
@@ -130,3 +138,51 @@ nodes:
 """)
     with pytest.raises(Conflict, match="approve or reject"):
         world.resume("g", now=at(1))
+
+
+# ------------------------------------------- the engine, its reconciler, a manual clock
+
+
+def test_the_reconciler_resumes_a_timed_pause_on_the_injected_clock(tmp_path: Path) -> None:
+    """Through the embedded engine: the handler pauses for 60 s; nothing happens a second
+    before; past it the reconciler resumes the node and the run gets its checkpoint."""
+    runs: list[NodeRequest] = []
+
+    def handler(request: NodeRequest, ctx: NodeContext) -> Outcome:
+        runs.append(request)
+        if request.checkpoint is None:
+            return Paused("rate limited by the vendor", seconds=60, checkpoint={"page": 3})
+        return Success({"resumed_at_page": request.checkpoint["page"]})
+
+    dag = load_dag_text("name: timed\nnodes:\n  n: {type: tool_call, tool: echo, input: x}\n")
+
+    async def main() -> tuple[str, Any]:
+        clock = ManualClock()
+        async with LocalSession(AxConfig(home=tmp_path), handler=handler, clock=clock,
+                                reconcile_interval=1.0) as session:
+            task = await session.submit(dag, {})
+
+            async def paused() -> bool:
+                return (await session.engine.task_record(task)).status is TaskStatus.PAUSED
+
+            await until(paused, "the node paused")
+            clock.advance(59)
+            await session.process.reconcile_once()
+            assert (await session.engine.task_record(task)).status is TaskStatus.PAUSED
+            assert len(runs) == 1
+            clock.advance(2)
+            await session.process.reconcile_once()
+            result = await session.wait(task, timeout=20)
+            return result.status, result.outputs.get("n")
+
+    status, output = asyncio.run(main())
+    assert (status, output) == ("SUCCEEDED", {"resumed_at_page": 3})
+    assert [r.attempt for r in runs] == [1, 1]  # the pause spent no attempt
+
+
+async def until(check: Callable[[], Awaitable[bool]], what: str, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while not await check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout}s")
+        await asyncio.sleep(0.02)
