@@ -44,6 +44,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from axengine.activity import Activity
 from axengine.limits import canonical_json
 from axengine.records import (
     BlobRef,
@@ -58,6 +59,8 @@ from executors.contract import EffectState
 
 __all__ = [
     "EffectRecord",
+    "activity_from_message",
+    "activity_message",
     "canonical_json",
     "decode_effect",
     "decode_event",
@@ -86,6 +89,7 @@ _TaskPb: Any = _pb.Task
 _EventPb: Any = _pb.Event
 _EffectRecordPb: Any = _pb.EffectRecord
 _BlobRefPb: Any = _pb.BlobRef
+_ActivityPb: Any = _pb.Activity
 
 _ENCODER: Final = json.JSONEncoder(
     separators=(",", ":"), sort_keys=True, ensure_ascii=False, allow_nan=False
@@ -201,6 +205,11 @@ def snapshot_message(s: Snapshot) -> Any:
         heartbeat_at=s.heartbeat_at,
         progress_at=s.progress_at,
         progress_marker=s.progress_marker,
+        activity=activity_message(s.activity),
+        activity_at=s.activity_at,
+        stall_verdict=s.stall_verdict,
+        stall_progress_at=s.stall_progress_at,
+        stall_extended_until=s.stall_extended_until,
         input_json=_json_or_empty(inp),
         input_ref=_blob_to_pb(s.input_ref),
         input_revision=s.input_revision,
@@ -220,6 +229,7 @@ def snapshot_message(s: Snapshot) -> Any:
         resume_json=_json_or_empty(s.resume),
         checkpoint_json=_json_or_empty(s.checkpoint),
         run_seconds=s.run_seconds,
+        attempt_timeout=s.attempt_timeout,
         preds_left=s.preds_left,
         reached=s.reached,
         last_updated_unix=s.last_updated,
@@ -266,6 +276,11 @@ def decode_snapshot(data: bytes) -> Snapshot:
         heartbeat_at=m.heartbeat_at,
         progress_at=m.progress_at,
         progress_marker=m.progress_marker,
+        activity=activity_from_message(m.activity) if m.HasField("activity") else None,
+        activity_at=m.activity_at,
+        stall_verdict=m.stall_verdict,
+        stall_progress_at=m.stall_progress_at,
+        stall_extended_until=m.stall_extended_until,
         input=_json_or_none(m.input_json),
         input_ref=_blob_from_pb(m.input_ref) if m.HasField("input_ref") else None,
         input_revision=m.input_revision,
@@ -287,6 +302,7 @@ def decode_snapshot(data: bytes) -> Snapshot:
         resume=_json_or_none(m.resume_json),
         checkpoint=_json_or_none(m.checkpoint_json),
         run_seconds=m.run_seconds,
+        attempt_timeout=m.attempt_timeout,
         preds_left=m.preds_left,
         reached=m.reached,
         last_updated=last_updated,
@@ -504,3 +520,29 @@ def _blob_to_pb(ref: BlobRef | None) -> Any:
 
 def _blob_from_pb(m: Any) -> BlobRef:
     return BlobRef(uri=m.uri, sha256=m.sha256, size=m.size)
+
+
+def activity_message(a: Activity | None) -> Any:
+    """The ``ax.v1.Activity`` message of ``a`` (None for None): an unknown counter is
+    left unset, so it reads back as unknown, never as 0."""
+    if a is None:
+        return None
+    return _ActivityPb(seconds=a.seconds, cpu_seconds=a.cpu_seconds, io_bytes=a.io_bytes,
+                       net_bytes=a.net_bytes, source=a.source)
+
+
+def activity_from_message(m: Any) -> Activity:
+    """An :class:`~axengine.activity.Activity` from its message (unset counters: None).
+
+    Raises:
+        ValueError: A counter or the interval is negative or not finite (a sender's bug:
+            the samplers never produce one).
+    """
+    cpu = m.cpu_seconds if m.HasField("cpu_seconds") else None
+    io = m.io_bytes if m.HasField("io_bytes") else None
+    net = m.net_bytes if m.HasField("net_bytes") else None
+    numbers = [m.seconds, *(v for v in (cpu, io, net) if v is not None)]
+    if not all(math.isfinite(v) and v >= 0 for v in numbers):
+        raise ValueError(f"activity counters must be finite and not negative: {numbers}")
+    return Activity(seconds=m.seconds, cpu_seconds=cpu, io_bytes=io, net_bytes=net,
+                    source=m.source)

@@ -69,6 +69,10 @@ class StoreKeys:
     def effect(self, key: str) -> str:
         return f"{self.prefix}/effects/{key}"
 
+    def stats(self, dag_name: str, node_id: str) -> str:
+        """Recent run durations of one DAG node (its ``timeout_policy`` reads them)."""
+        return f"{self.prefix}/stats/{_part(dag_name)}/{_part(node_id)}"
+
     def ramp(self, dependency: str) -> str:
         """The slow ramp of one dependency after an outage (``engine/_ramp.py``)."""
         return f"{self.prefix}/ramps/{_part(dependency)}"

@@ -16,6 +16,9 @@ Where each metric comes from:
   read from the outcome by :meth:`AxMetrics.llm_usage` where ``complete`` is called (the
   gRPC ``Complete`` and the in-process executor's ``observe``), only when the answer is
   ``committed``, so a retried or repeated complete never counts twice.
+- ``ax_stall_verdicts_total{action}``: the same listener, from the events of the
+  blocking verdicts (``stall_note``, ``stall_warning``, ``stall_extended``) and the
+  fences whose reason is a verdict's evidence (docs/blocking.md).
 - ``ax_queue_depth`` and ``ax_oldest_waiting_seconds``: read from the queue and, through
   the engine, the store on every scrape (:meth:`AxMetrics.refresh`), so they are right
   across replicas.
@@ -52,6 +55,12 @@ WRITE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5
 
 #: Task events that mean the task reached a final status.
 _FINAL_TASK_EVENTS = {"task_succeeded", "task_failed", "task_dead", "task_cancelled"}
+#: Events of blocking verdicts short of a fence, by ``ax_stall_verdicts_total`` action.
+_STALL_EVENTS = {"stall_note": "note", "stall_warning": "warn", "stall_extended": "extend"}
+#: How every blocking verdict's evidence begins (axengine.blocking.judge): a fence on a
+#: verdict is a ``lease_expired`` (or, on the last attempt, ``dead``/``failed``) event
+#: whose reason starts so.
+_STALL_EVIDENCE = "no progress for "
 #: ``_llm.usage`` keys counted by ``ax_llm_tokens_total``, by ``kind`` label.
 _TOKEN_KINDS = {"prompt": "prompt_tokens", "completion": "completion_tokens"}
 #: Longest model label kept (longer names are cut; the label set stays bounded).
@@ -117,6 +126,9 @@ class AxMetrics:
         self.llm_tokens = Counter("ax_llm_tokens_total",
                                   "LLM tokens of committed outcomes", ["model", "kind"],
                                   registry=r)
+        self.stall_verdicts = Counter("ax_stall_verdicts_total",
+                                      "Blocking verdicts recorded on running nodes",
+                                      ["action"], registry=r)
         self.dropped = Counter("ax_metrics_dropped_total",
                                "Listener records dropped before a drain", registry=r)
         self._pending: deque[_Pending] = deque()
@@ -216,6 +228,10 @@ class AxMetrics:
 
     def _count(self, event: Event, node_type: str) -> None:
         kind = event.kind
+        if kind in ("lease_expired", "dead", "failed") and \
+                event.detail.startswith(_STALL_EVIDENCE):
+            # A fence on a blocking verdict: its reason is the verdict's evidence.
+            self.stall_verdicts.labels("fence").inc()
         if kind in ("committed", "decided"):
             self.node_outcomes.labels(node_type, "committed").inc()
         elif kind == "unavailable":
@@ -227,6 +243,8 @@ class AxMetrics:
                 self.retries_exhausted.labels(node_type).inc()
         elif kind == "lease_expired":
             self.lease_expiries.inc()
+        elif kind in _STALL_EVENTS:
+            self.stall_verdicts.labels(_STALL_EVENTS[kind]).inc()
         elif kind in _FINAL_TASK_EVENTS:
             self.tasks_finished.labels(event.state).inc()
 

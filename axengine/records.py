@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from axengine.activity import Activity
+
 __all__ = [
     "ACTIVE_STATES",
     "FINAL_STATES",
@@ -97,6 +99,14 @@ class Snapshot:
         heartbeat_at: Last heartbeat (the process is alive).
         progress_at: Last business checkpoint (the work advanced).
         progress_marker: Name of that checkpoint.
+        activity: Resources the run used over the worker's last sampling interval, as
+            sent with a heartbeat (None: no sample; see :mod:`axengine.activity`).
+        activity_at: When that activity was recorded (engine time).
+        stall_verdict: The last blocking verdict recorded on the current stall
+            (``note``, ``warn``, ``extend``; "" for none; see :mod:`axengine.blocking`).
+        stall_progress_at: The stall that verdict was about (its ``progress_at``): a
+            history of another stall is ignored.
+        stall_extended_until: The deadline of the stall's one extension (0: none).
         input: Rendered input (None when kept in a blob, see ``input_ref``).
         input_ref: Blob holding the rendered input when it is large.
         input_revision: sha256 of the rendered input; base of side-effect keys.
@@ -120,6 +130,8 @@ class Snapshot:
         checkpoint: State the handler left for its next run (a vendor job id...).
         run_seconds: Time the current attempt ran before it paused: the resumed run has
             the rest of the node's timeout, not a new one.
+        attempt_timeout: The timeout the node's ``timeout_policy`` gave the current
+            attempt at its claim (0: the node's ``timeout``).
         decision: ``human_gateway``: {decision, by, at, comment} once decided.
         last_updated: Time of the last write.
         preds_left: Predecessors whose outgoing edges are not decided yet; the node is
@@ -137,6 +149,11 @@ class Snapshot:
     heartbeat_at: float = 0.0
     progress_at: float = 0.0
     progress_marker: str = ""
+    activity: Activity | None = None
+    activity_at: float = 0.0
+    stall_verdict: str = ""
+    stall_progress_at: float = 0.0
+    stall_extended_until: float = 0.0
     input: Any = None
     input_ref: BlobRef | None = None
     input_revision: str = ""
@@ -158,6 +175,7 @@ class Snapshot:
     resume: Any = None
     checkpoint: Any = None
     run_seconds: float = 0.0
+    attempt_timeout: float = 0.0
     last_updated: float = 0.0
     preds_left: int = 0
     reached: bool = False
@@ -219,7 +237,8 @@ class Event:
         kind: What happened: ``submitted``, ``ready``, ``claimed``, ``progress``,
             ``committed``, ``retry``, ``unavailable``, ``failed``, ``dead``, ``skipped``,
             ``paused``, ``decided``, ``lease_expired``, ``cancelled``, ``retried``,
-            ``task_finished``.
+            ``task_finished``; ``stall_note``, ``stall_warning``, ``stall_extended``
+            (a blocking verdict on a running node, its evidence as ``detail``).
         node_id: Node concerned ("" for task-level events).
         state: Node state (or task status) after the transition.
         attempt: Node attempt at the time.

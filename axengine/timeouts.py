@@ -56,6 +56,7 @@ __all__ = [
     "describe",
     "first_stall",
     "load_factor",
+    "node_timeout_policy",
     "parse_policy",
     "percentile",
     "policy_from_mapping",
@@ -487,3 +488,31 @@ def parse_policy(text: str, source: str = "policy", *, name: str = "") -> Policy
         problem = getattr(exc, "problem", None) or str(exc)
         raise PolicyError(f"{source}{where}: not valid YAML: {problem}") from exc
     return policy_from_mapping(data, source, name=name)
+
+
+def node_timeout_policy(data: Mapping[str, Any], timeout: float, *,
+                        source: str = "timeout_policy") -> Policy:
+    """The policy of a DAG node's ``timeout_policy:``: the node's ``timeout`` is its
+    ``max`` and ``fallback`` unless the mapping names them (a larger ``max`` is refused:
+    ``timeout`` stays the hard bound the limits and the API check), and its ``name`` is
+    ``node``.
+
+    ``progress_grace`` is refused on nodes: the worker enforces a run's timeout and does
+    not yet extend it while progress arrives (the simulator does).
+
+    Raises:
+        PolicyError: As :func:`policy_from_mapping`, naming ``source``.
+    """
+    if "progress_grace" in data:
+        raise PolicyError(f"{source}: field 'progress_grace': not supported on DAG nodes "
+                          "yet (ax simulate replays it); leave it out")
+    merged: dict[str, Any] = {"name": "node", **data}
+    if merged.get("kind") in ("percentile", "adaptive"):
+        merged.setdefault("fallback", timeout)
+        merged.setdefault("max", timeout)
+    policy = policy_from_mapping(merged, source)
+    high = getattr(policy, "max", None)
+    if high is not None and high > timeout:
+        raise PolicyError(f"{source}: field 'max': {seconds(high)} s is longer than the "
+                          f"node's timeout {seconds(timeout)} s, which bounds every run")
+    return policy

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from axengine.activity import Activity
 from axengine.codec import (
     EffectRecord,
     canonical_json,
@@ -55,6 +56,11 @@ JSON_VALUES = st.recursive(
 JSON_OBJECTS = st.dictionaries(st.text(max_size=12), JSON_VALUES, max_size=6)
 
 BLOBS = st.none() | st.builds(BlobRef, uri=TEXT, sha256=TEXT, size=UINT64)
+AMOUNTS = st.floats(min_value=0, allow_nan=False, allow_infinity=False)
+#: Unknown counters (None) must come back unknown, never as 0.
+ACTIVITIES = st.none() | st.builds(
+    Activity, seconds=AMOUNTS, cpu_seconds=st.none() | AMOUNTS,
+    io_bytes=st.none() | UINT64, net_bytes=st.none() | UINT64, source=TEXT)
 
 SNAPSHOTS = st.builds(
     Snapshot,
@@ -68,6 +74,11 @@ SNAPSHOTS = st.builds(
     heartbeat_at=TIMES,
     progress_at=TIMES,
     progress_marker=TEXT,
+    activity=ACTIVITIES,
+    activity_at=TIMES,
+    stall_verdict=st.sampled_from(["", "note", "warn", "extend"]),
+    stall_progress_at=TIMES,
+    stall_extended_until=TIMES,
     input=JSON_VALUES,
     input_ref=BLOBS,
     input_revision=TEXT,

@@ -18,6 +18,7 @@ import functools
 import importlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from axengine import codec, limits
@@ -285,8 +286,17 @@ class ExecutorServicer(_Base):
     @rpc("executor")
     async def Heartbeat(self, request: Any, context: Any, who: Principal) -> Any:
         lease = self._lease(request.lease_seconds)
+        activity = None
+        if request.HasField("activity"):
+            try:
+                activity = codec.activity_from_message(request.activity)
+            except ValueError as exc:
+                raise InputError(f"heartbeat activity: {exc}") from None
+            # The source is free text from the executor: bounded like a progress marker.
+            activity = replace(activity, source=activity.source[:200])
         answer = await self.engine.heartbeat(request.task_id, request.node_id,
-                                             fence=request.fence, lease_seconds=lease)
+                                             fence=request.fence, lease_seconds=lease,
+                                             activity=activity)
         if answer != "ok":
             return pb.HeartbeatReply(result=pb.LEASE_RESULT_STALE)
         return pb.HeartbeatReply(result=pb.LEASE_RESULT_OK,

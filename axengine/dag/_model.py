@@ -107,6 +107,10 @@ class Node:
             (``reject`` unless set; a gate never approves by default).
         stall_timeout: Seconds without progress after which a running node is treated
             as blocked even if it heartbeats (defaults to ``timeout``).
+        stall_windows: ``llm_call``/``tool_call``: seconds without progress that are
+            normal per step (the first word of the progress marker), keyed by step name
+            or ``fnmatch`` glob (:func:`axengine.blocking.window_for`); a step no key
+            matches uses ``stall_timeout``. None when not set.
         queue_timeout: Seconds a ready node may wait for a worker before it is DEAD
             (None: no bound besides the task deadline).
         lane: Queue lane (``default`` or ``fast``).
@@ -116,6 +120,9 @@ class Node:
             is refused (approver ≠ submitter).
         runner: ``llm_call``/``tool_call``: the runner the node needs (``thread``,
             ``subprocess`` or ``kubernetes``); None when any runner will do.
+        timeout_policy: ``llm_call``/``tool_call``: a percentile or adaptive policy
+            (:func:`axengine.timeouts.node_timeout_policy`) deciding each run's timeout
+            from the node's recorded durations; None: ``timeout`` for every run.
         resources: ``llm_call``/``tool_call``: Kubernetes-shaped ``{requests: {cpu,
             memory}, limits: {cpu, memory}}`` with quantity strings (only the sections
             and names the DAG sets); None when unset.
@@ -139,12 +146,14 @@ class Node:
     on_failure: str | None = None
     on_timeout: str | None = None
     stall_timeout: float | None = None
+    stall_windows: Mapping[str, float] | None = None
     queue_timeout: float | None = None
     lane: str = "default"
     simulate: Mapping[str, Any] | None = None
     four_eyes: bool = False
     runner: str | None = None
     resources: Mapping[str, Mapping[str, str]] | None = None
+    timeout_policy: Mapping[str, Any] | None = None
     line: int = field(default=0, compare=False)
 
     @property
@@ -180,11 +189,15 @@ class Node:
             # Only when set: DAGs without it keep the content hash they always had.
             out["four_eyes"] = True
         # Also only when set, for the same reason.
+        if self.stall_windows is not None:
+            out["stall_windows"] = dict(self.stall_windows)
         if self.runner is not None:
             out["runner"] = self.runner
         if self.resources is not None:
             out["resources"] = {section: dict(values)
                                 for section, values in self.resources.items()}
+        if self.timeout_policy is not None:
+            out["timeout_policy"] = dict(self.timeout_policy)
         if self.fallback is not None:
             out["fallback"] = {"model": self.fallback.model, "threshold": self.fallback.threshold}
         out["next"] = [edge.canonical() for edge in self.next]
@@ -213,12 +226,14 @@ class Node:
             on_failure=data.get("on_failure"),
             on_timeout=data.get("on_timeout"),
             stall_timeout=data.get("stall_timeout"),
+            stall_windows=data.get("stall_windows"),
             queue_timeout=data.get("queue_timeout"),
             lane=data.get("lane", "default"),
             simulate=data.get("simulate"),
             four_eyes=bool(data.get("four_eyes", False)),
             runner=data.get("runner"),
             resources=data.get("resources"),
+            timeout_policy=data.get("timeout_policy"),
         )
 
 

@@ -26,7 +26,8 @@ from axengine.dag._model import (
 )
 from axengine.dag._resources import RESOURCE_NAMES, RESOURCE_SECTIONS, RUNNERS, parse_quantity
 from axengine.dag._validate import SiteKind, TemplateSite, did_you_mean, has_template
-from axengine.errors import DagProblem
+from axengine.errors import DagProblem, InputError
+from axengine.timeouts import FixedPolicy, node_timeout_policy
 
 __all__ = ["MAX_DAG_NODES", "DagBuilder", "LineList", "LineMap", "Pos"]
 
@@ -47,7 +48,7 @@ _COMMON_FIELDS = (
     "stall_timeout", "queue_timeout", "lane",
 )
 #: Fields of the node types that run on an executor (the others run on the API server).
-_EXECUTOR_FIELDS = ("runner", "resources")
+_EXECUTOR_FIELDS = ("runner", "resources", "timeout_policy", "stall_windows")
 _TYPE_FIELDS: Mapping[str, tuple[str, ...]] = {
     "tool_call": ("tool", "simulate", *_EXECUTOR_FIELDS),
     "llm_call": ("model", "prompt", "temperature", "max_tokens", "fallback", "simulate",
@@ -415,14 +416,78 @@ class DagBuilder:
             on_failure=self._string(raw, "on_failure", nid),
             on_timeout=(on_timeout or "reject") if ntype == "human_gateway" else on_timeout,
             stall_timeout=stall,
+            stall_windows=(self._stall_windows(nid, raw, timeout)
+                           if ntype in _EXECUTES else None),
             queue_timeout=self._number(raw, "queue_timeout", nid),
             lane=self._choice(raw, "lane", nid, ("default", "fast")) or "default",
             simulate=_plain(simulate),
             four_eyes=four_eyes,
             runner=runner,
             resources=self._resources(nid, raw) if ntype in _EXECUTES else None,
+            timeout_policy=(self._timeout_policy(nid, raw, timeout)
+                            if ntype in _EXECUTES else None),
             line=line,
         )
+
+    def _stall_windows(self, nid: str, raw: Mapping[str, Any],
+                       timeout: float) -> dict[str, float] | None:
+        """``stall_windows:`` — step name or glob → seconds, each positive and at most
+        the node's ``timeout`` (a longer window could never fire)."""
+        value = raw.get("stall_windows")
+        if value is None:
+            return None
+        hint = 'e.g. {"vendor:*": 600, "llm:*": 120}'
+        if not isinstance(value, Mapping) or not value:
+            what = "empty" if isinstance(value, Mapping) else _kind(value)
+            self.problem("bad-value", f"stall_windows must be a mapping of step names or "
+                         f"globs to seconds, not {what}", _key_line(raw, "stall_windows"),
+                         nid, "stall_windows", hint)
+            return None
+        out: dict[str, float] = {}
+        for key in value:
+            field = f"stall_windows.{key}"
+            if not isinstance(key, str) or not key.strip():
+                self.problem("bad-value", f"stall_windows keys must be non-empty step names "
+                             f"or globs, not {key!r}", _key_line(value, key)
+                             if isinstance(key, str) else _key_line(raw, "stall_windows"),
+                             nid, "stall_windows", hint)
+                continue
+            seconds = self._number(value, key, nid, prefix="stall_windows.")
+            if seconds is None:
+                continue
+            if seconds > timeout:
+                self.problem("bad-value", f"{field} {seconds:g} is longer than timeout "
+                             f"{timeout:g}, so it could never fire", _key_line(value, key),
+                             nid, field, f"make it at most {timeout:g} or raise timeout")
+                continue
+            out[key] = seconds
+        return out
+
+    def _timeout_policy(self, nid: str, raw: Mapping[str, Any],
+                        timeout: float) -> dict[str, Any] | None:
+        """``timeout_policy:`` checked as :mod:`axengine.timeouts` reads it, with the
+        node's ``timeout`` as its ``max`` and ``fallback`` unless it names them; the
+        stored form is the mapping as written (the engine builds the policy again)."""
+        value = raw.get("timeout_policy")
+        if value is None:
+            return None
+        line = _key_line(raw, "timeout_policy")
+        if not isinstance(value, Mapping):
+            self.problem("bad-value", f"timeout_policy must be a mapping, not {_kind(value)}",
+                         line, nid, "timeout_policy", "e.g. {kind: adaptive, percentile: 99}")
+            return None
+        policy = _plain(dict(value))
+        try:
+            built = node_timeout_policy(policy, timeout, source="timeout_policy")
+        except InputError as exc:
+            self.problem("bad-value", str(exc), line, nid, "timeout_policy",
+                         "see docs/dag-language.md#adaptive-timeouts")
+            return None
+        if isinstance(built, FixedPolicy):
+            self.problem("bad-value", "a fixed timeout_policy is just `timeout`", line, nid,
+                         "timeout_policy", "use kind percentile or adaptive, or `timeout`")
+            return None
+        return policy  # type: ignore[no-any-return]
 
     def _resources(self, nid: str, raw: Mapping[str, Any]) -> dict[str, dict[str, str]] | None:
         """``resources:`` as plain quantity strings, with only the sections set."""

@@ -2,7 +2,9 @@
 
 Each pass, for every unfinished task: WAITING nodes missing from the queue are
 re-enqueued (Redis may have lost everything); RUNNING nodes whose lease expired or whose
-progress stalled are fenced out and re-queued (or DEAD when their budget is spent);
+blocking verdict (:mod:`axengine.engine._stall`) says fence are fenced out and re-queued
+(or DEAD when their budget is spent), and a note, warning or extension of that verdict
+is recorded once;
 gates past their bounded wait take their default route; work past the task deadline
 goes DEAD. Leadership is a record in the store renewed with compare-and-swap, so two
 reconcilers never act at once for long.
@@ -20,6 +22,7 @@ from dataclasses import dataclass, field
 from axengine.clock import SYSTEM, Clock, wait_event
 from axengine.engine import _rules as rules
 from axengine.engine._shell import Engine
+from axengine.engine._stall import stall_verdict
 from axengine.errors import AxError
 from axengine.owners import owner_is_dead
 from axengine.queue import WorkItem
@@ -115,9 +118,12 @@ class Reconciler:
                 # (A PAUSED task's deadline moves on while it is paused.)
                 past_deadline = bool(task.deadline) and now >= rules.deadline_at(task, now)
                 if snap.state is NodeState.RUNNING:
-                    stall = node.stall_timeout or node.timeout
-                    lost = (now > snap.lease_until or now - snap.progress_at > stall
-                            or owner_is_dead(snap.owner))
+                    # The verdict the claim and plan_expire reach too: expire is called
+                    # to fence, and to record a note, warning or extension once (news).
+                    verdict = stall_verdict(node, snap, now, engine.config.rules.blocking)
+                    lost = (now > snap.lease_until or owner_is_dead(snap.owner)
+                            or verdict.action == "fence"
+                            or (verdict.news and verdict.action != "ok"))
                     if lost or past_deadline:
                         # A dead owner's lease is void: no need to wait it out.
                         result = await engine.expire(task.task_id, snap.node_id,

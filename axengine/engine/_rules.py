@@ -21,8 +21,11 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
-from axengine import template
+from axengine import template, timeouts
+from axengine.activity import Activity
+from axengine.blocking import BlockingPolicy, Verdict
 from axengine.dag import Dag, Node
+from axengine.engine import _stall
 from axengine.engine._ramp import Ramp, Waiter, dependency_of
 from axengine.engine._refs import expression_refs, guard_refs, named, param_refs
 from axengine.engine._view import View
@@ -99,6 +102,9 @@ class RuleConfig:
     pause_cap: float = 30 * 86400.0
     ramp_poll: float = 1.0
     ramp_waiter_ttl: float = 15.0
+    #: How a running node's silence is graded (:mod:`axengine.blocking`); its
+    #: ``lease_seconds`` is ignored: the engine judges against each node's granted lease.
+    blocking: BlockingPolicy = field(default_factory=BlockingPolicy)
 
 
 @dataclass
@@ -123,6 +129,9 @@ class Plan:
     detail: Any = None
     #: Ramps to write by dependency (None: delete), under a compare on their revision.
     ramps: dict[str, Ramp | None] = field(default_factory=dict)
+    #: Run durations to record by node id (written without a compare: a sample lost
+    #: to a concurrent commit of the same DAG node is harmless).
+    durations: dict[str, list[float]] = field(default_factory=dict)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -416,6 +425,21 @@ def _builder(view: View, now: float, ids: EventIds, actor: str) -> _Builder:
     return _Builder(view, now, ids, actor)
 
 
+def _stall_recorded(b: _Builder, snap: Snapshot, verdict: Verdict) -> Plan:
+    """Record a verdict short of a fence when it is news (its action differs from the
+    last one on this stall): the history on the snapshot and one event — ``stall_note``,
+    ``stall_warning`` or ``stall_extended`` — with the evidence; so a node judged on
+    every reconciler pass gives one event per change, not one per pass. An ``ok`` or a
+    repeated verdict writes nothing."""
+    kind = _stall.VERDICT_EVENTS.get(verdict.action)
+    if kind is None or not verdict.news:
+        return Plan("ok")
+    out = _stall.recorded(snap, verdict)
+    b.write(out)
+    b.event(kind, out, verdict.evidence)
+    return b.plan
+
+
 # --------------------------------------------------------------------------- rules
 
 
@@ -443,8 +467,10 @@ def plan_claim(view: View, node_id: str, *, worker: str, lease: float, now: floa
         if now < snap.not_before:
             return Plan("not-claimable", detail=("backoff", snap.not_before - now))
     elif snap.state is NodeState.RUNNING:
-        stall = node.stall_timeout or node.timeout
-        if now < snap.lease_until and now - snap.progress_at <= stall:
+        # Stalled means what the reconciler would fence (_stall.stall_verdict): a node
+        # extended because it works, or warned about, is not taken over early.
+        if now < snap.lease_until and _stall.stall_verdict(
+                node, snap, now, config.blocking).action != "fence":
             return Plan("not-claimable", detail=("leased", snap.lease_until - now))
         b.event("lease_expired", snap, f"owner {snap.owner} lost the node (fence {snap.fence})")
     else:
@@ -474,17 +500,50 @@ def plan_claim(view: View, node_id: str, *, worker: str, lease: float, now: floa
             return Plan("not-claimable", detail=("ramp", config.ramp_poll),
                         ramps={dependency: ramp})
         b.plan.ramps[dependency] = ramp
+    timeout, why = _attempt_timeout(view, node, snap)
     until = _lease_until(view.task, now, lease)
     claimed = replace(
         snap, state=NodeState.RUNNING, fence=snap.fence + 1, attempt=snap.attempt + 1,
         owner=worker, lease_until=until, heartbeat_at=now, progress_at=now,
-        progress_marker="", started_at=now, evidence="",
+        progress_marker="", started_at=now, evidence="", attempt_timeout=timeout,
     )
     b.write(claimed)
-    b.event("claimed", claimed)
+    b.event("claimed", claimed, why)
     b.plan.result = "claimed"
     b.plan.detail = claimed
     return b.plan
+
+
+#: Run durations a node's record keeps for its ``timeout_policy`` (the newest).
+DURATIONS_KEPT = 200
+
+
+def _attempt_timeout(view: View, node: Node, snap: Snapshot) -> tuple[float, str]:
+    """The timeout the node's ``timeout_policy`` gives this attempt, and why (0, "":
+    no policy — the node's ``timeout``). A run resumed after a pause keeps the one its
+    attempt was given. Adaptive load: the depth of the node's lane now."""
+    if node.timeout_policy is None:
+        return 0.0, ""
+    if snap.run_seconds and snap.attempt_timeout:
+        return snap.attempt_timeout, f"timeout {timeouts.seconds(snap.attempt_timeout)} s " \
+            "(the attempt's, resumed)"
+    policy = timeouts.node_timeout_policy(node.timeout_policy, node.timeout)
+    load = (float(view.depth(node.lane))
+            if isinstance(policy, timeouts.AdaptivePolicy) and policy.load else 0.0)
+    decision = timeouts.decide(policy, view.durations(node.id), load=load)
+    why = decision.explanation
+    if load:
+        why += f" (load: {load:g} queued in lane {node.lane})"
+    return decision.timeout, why
+
+
+def _recorded(view: View, node: Node, snap: Snapshot, now: float) -> list[float] | None:
+    """The node's durations with this successful run's added, when its
+    ``timeout_policy`` reads them (None: not recorded)."""
+    if node.timeout_policy is None:
+        return None
+    duration = max(now - snap.started_at, 0.0) + snap.run_seconds
+    return [*view.durations(node.id), round(duration, 3)][-DURATIONS_KEPT:]
 
 
 def _admit(ramp: Ramp, snap: Snapshot, node: Node, task: TaskRecord, *, now: float,
@@ -556,28 +615,34 @@ def holds(snap: Snapshot, fence: int, now: float) -> bool:
 
 
 def plan_heartbeat(view: View, node_id: str, *, fence: int, lease: float, now: float,
-                   ids: EventIds) -> Plan:
-    """Renew the lease only (never counts as progress)."""
+                   ids: EventIds, activity: Activity | None = None) -> Plan:
+    """Renew the lease only (never counts as progress). ``activity``, the resources the
+    run used over the worker's last sampling interval, is kept with the time it came
+    (a heartbeat without one keeps the last: a handler's own beats carry none)."""
     snap = view.snap(node_id)
     if not holds(snap, fence, now):
         return Plan("stale")
     b = _builder(view, now, ids, snap.owner)
     until = _lease_until(view.task, now, lease)
-    b.write(replace(snap, lease_until=until, heartbeat_at=now))
+    out = replace(snap, lease_until=until, heartbeat_at=now)
+    if activity is not None:
+        out = replace(out, activity=activity, activity_at=now)
+    b.write(out)
     b.plan.result = "ok"
     return b.plan
 
 
 def plan_progress(view: View, node_id: str, *, fence: int, marker: str, lease: float,
                   now: float, ids: EventIds) -> Plan:
-    """Record a business checkpoint (and renew the lease)."""
+    """Record a business checkpoint (and renew the lease); a new stall starts, so the
+    verdicts of the last one (a note, a warning, the one extension) are forgotten."""
     snap = view.snap(node_id)
     if not holds(snap, fence, now):
         return Plan("stale")
     b = _builder(view, now, ids, snap.owner)
     until = _lease_until(view.task, now, lease)
-    out = replace(snap, lease_until=until, heartbeat_at=now, progress_at=now,
-                  progress_marker=marker[:200])
+    out = replace(_stall.cleared(snap), lease_until=until, heartbeat_at=now,
+                  progress_at=now, progress_marker=marker[:200])
     b.write(out)
     b.event("progress", out, marker[:200])
     b.plan.result = "ok"
@@ -605,6 +670,9 @@ def plan_complete(view: View, node_id: str, *, fence: int, outcome: Outcome, now
         except TemplateError as exc:
             b.fail(node, snap, f"guard on {node_id}: {exc}", retryable=False)
             return b.plan
+        recorded = _recorded(view, node, snap, now)
+        if recorded is not None:
+            b.plan.durations[node_id] = recorded
         done = replace(
             snap, state=NodeState.SUCCEEDED, output=outcome.output, output_ref=None,
             output_sha256=sha256_json(outcome.output), next_hops=hops, finished_at=now,
@@ -843,22 +911,24 @@ def plan_expire(view: View, node_id: str, *, now: float, ids: EventIds,
         return plan_decide(view, node_id, decision=decision, by=GATE_TIMEOUT_ACTOR,
                            comment=f"no decision within {node.timeout:g}s", now=now, ids=ids)
     if snap.state is NodeState.RUNNING:
-        stall = node.stall_timeout or node.timeout
         expired = now > snap.lease_until or owner_dead
-        stalled = now - snap.progress_at > stall
-        if not (expired or stalled):
-            return Plan("ok")
-        why = ("owner process is gone" if owner_dead else "lease expired") if expired else (
-            f"no progress for {now - snap.progress_at:.0f}s")
+        if expired:
+            why = "owner process is gone" if owner_dead else "lease expired"
+        else:
+            verdict = _stall.stall_verdict(node, snap, now, config.blocking)
+            if verdict.action != "fence":
+                return _stall_recorded(b, snap, verdict)
+            why = verdict.evidence
         ramped = _ramp_after(view, node, None, now, config)
         if ramped is not None:
             b.plan.ramps[ramped[0]] = ramped[1]
+        ended = _stall.cleared(snap, activity=True)
         if snap.attempt >= node.attempts:
-            b.fail(node, snap, f"{why} on the last attempt ({snap.attempt}/{node.attempts})",
+            b.fail(node, ended, f"{why} on the last attempt ({snap.attempt}/{node.attempts})",
                    retryable=True, dead=True)
             return b.plan
         # not_before = now: claimable at once, and its queue wait starts now.
-        back = replace(snap, state=NodeState.WAITING, fence=snap.fence + 1, owner="",
+        back = replace(ended, state=NodeState.WAITING, fence=snap.fence + 1, owner="",
                        lease_until=0.0, error=why, error_retryable=True, not_before=now,
                        run_seconds=0.0)
         b.write(back)

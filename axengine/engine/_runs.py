@@ -70,8 +70,11 @@ def claimed(task: TaskRecord, node: Node, snap: Snapshot, params: Mapping[str, A
         labels=dict(task.labels), input_revision=snap.input_revision,
         checkpoint=snap.checkpoint, resume=snap.resume,
     )
-    # A run resumed after a pause has the rest of its attempt's timeout (at least 1 s).
-    timeout = max(node.timeout - snap.run_seconds, 1.0) if snap.run_seconds else node.timeout
+    # The attempt's timeout (its timeout_policy's, else the node's); a run resumed after
+    # a pause has the rest of it (at least 1 s).
+    timeout = snap.attempt_timeout or node.timeout
+    if snap.run_seconds:
+        timeout = max(timeout - snap.run_seconds, 1.0)
     return ClaimResult("claimed", request=request, timeout=timeout,
                        lease_until=snap.lease_until, submitted_by=task.submitted_by,
                        dag_hash=task.dag_hash)

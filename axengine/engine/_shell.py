@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import os
 import random
 import secrets
@@ -29,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from axengine import codec, faults
+from axengine.activity import Activity
 from axengine.blobs import DEFAULT_THRESHOLD, DirBlobStore
 from axengine.config import DEFAULT_PREFIX
 from axengine.dag import Dag, Node, check_task_input
@@ -176,6 +178,14 @@ class Engine(EngineReads):
             assert view.task.input_ref is not None
             view.task_input = await self.blob_json(view.task.input_ref)
             view.task_input_loaded = True
+        if need.durations:
+            keys = {self._keys.stats(view.task.dag_name, n): n for n in sorted(need.durations)}
+            found = await self._store.get_many(list(keys))
+            for key, nid in keys.items():
+                kv = found.get(key)
+                view.run_durations[nid] = [] if kv is None else _durations(kv.value)
+        for lane in sorted(need.depths):
+            view.queue_depths[lane] = await self.queue.depth(lane)
         if ramps:
             keys = {self._keys.ramp(d): d for d in sorted(ramps)}
             found = await self._store.get_many(list(keys))
@@ -217,6 +227,7 @@ class Engine(EngineReads):
             while isinstance(decided := self._decide(view, rule), Need):
                 await self._fill(view, decided)
             plan = decided
+            # (Recorded durations never come alone: they ride with a node's success.)
             if not plan.writes and plan.task is None and not plan.ramps:
                 return plan, view
             if (await self._commit(view, plan)).succeeded:
@@ -292,6 +303,9 @@ class Engine(EngineReads):
             ops.append(Put(key, codec.encode_snapshot(await self._externalize(snap))))
         for event in plan.events:
             ops.append(Put(self._keys.event(task_id, event.event_id), codec.encode_event(event)))
+        for nid, durations in plan.durations.items():
+            ops.append(Put(self._keys.stats(view.task.dag_name, nid),
+                           json.dumps({"durations": durations}).encode()))
         for dependency, ramp in plan.ramps.items():
             # Every executor's claims meet here: the ramp moves under a compare too.
             key = self._keys.ramp(dependency)
@@ -451,12 +465,14 @@ class Engine(EngineReads):
         return claimed(task, node, snap, params)
 
     async def heartbeat(self, task_id: str, node_id: str, *, fence: int,
-                        lease_seconds: float | None = None) -> str:
-        """Renew the lease: ``ok`` or ``stale`` (stop the run)."""
+                        lease_seconds: float | None = None,
+                        activity: Activity | None = None) -> str:
+        """Renew the lease: ``ok`` or ``stale`` (stop the run). ``activity``: the
+        resources the run used lately, kept for the blocking verdict (None: no sample)."""
         lease = lease_seconds or self.config.lease_seconds
         plan, _ = await self._apply(task_id, lambda v: rules.plan_heartbeat(
-            v, node_id, fence=fence, lease=lease, now=self.clock(), ids=self._ids()),
-            preload=(node_id,))
+            v, node_id, fence=fence, lease=lease, now=self.clock(), ids=self._ids(),
+            activity=activity), preload=(node_id,))
         return plan.result
 
     async def progress(self, task_id: str, node_id: str, *, fence: int, marker: str,
@@ -603,3 +619,13 @@ class Engine(EngineReads):
         if not result.succeeded:
             raise Conflict(f"task {task.task_id} already exists in this store")
         return task.task_id
+
+
+def _durations(raw: bytes) -> list[float]:
+    """The durations of a stats record; an unreadable record counts as none (they are
+    samples, and a policy falls back while it has too few)."""
+    try:
+        values = json.loads(raw)["durations"]
+        return [float(v) for v in values if isinstance(v, int | float)]
+    except (ValueError, KeyError, TypeError):
+        return []

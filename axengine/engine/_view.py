@@ -24,12 +24,17 @@ class Need(Exception):
     (dependencies, :mod:`axengine.engine._ramp`), then retry."""
 
     def __init__(self, *, nodes: Iterable[str] = (), outputs: Iterable[str] = (),
-                 task_input: bool = False, ramps: Iterable[str] = ()) -> None:
+                 task_input: bool = False, ramps: Iterable[str] = (),
+                 durations: Iterable[str] = (), depths: Iterable[str] = ()) -> None:
         super().__init__("need more state")
         self.nodes = frozenset(nodes)
         self.outputs = frozenset(outputs)
         self.task_input = task_input
         self.ramps = frozenset(ramps)
+        #: Nodes whose recorded run durations are needed (``timeout_policy``).
+        self.durations = frozenset(durations)
+        #: Lanes whose queue depth is needed (an adaptive policy's load).
+        self.depths = frozenset(depths)
 
 
 @dataclass
@@ -48,6 +53,10 @@ class View:
     #: Loaded ramps by dependency (None: no ramp) and their ``mod_revision`` (0: none).
     ramps: dict[str, Ramp | None] = field(default_factory=dict)
     ramp_revs: dict[str, int] = field(default_factory=dict)
+    #: Recorded run durations by node id, oldest first.
+    run_durations: dict[str, list[float]] = field(default_factory=dict)
+    #: Queue depth by lane, as read for this decision.
+    queue_depths: dict[str, int] = field(default_factory=dict)
 
     def snap(self, node_id: str) -> Snapshot:
         try:
@@ -74,6 +83,18 @@ class View:
         if dependency not in self.ramps:
             raise Need(ramps=(dependency,))
         return self.ramps[dependency]
+
+    def durations(self, node_id: str) -> list[float]:
+        """The recorded durations of successful runs of this DAG node, oldest first."""
+        if node_id not in self.run_durations:
+            raise Need(durations=(node_id,))
+        return self.run_durations[node_id]
+
+    def depth(self, lane: str) -> int:
+        """Items waiting in ``lane`` now."""
+        if lane not in self.queue_depths:
+            raise Need(depths=(lane,))
+        return self.queue_depths[lane]
 
     def input(self) -> Any:
         """The task input (from the blob store when large)."""

@@ -83,6 +83,7 @@ from lightkube.resources.batch_v1 import Job
 from lightkube.resources.core_v1 import Pod
 from lightkube.types import CascadeType
 
+from axengine.activity import ActivitySample
 from axengine.engine import ClaimResult
 from axengine.errors import AxError, InputError, NotFound
 from axengine.runners._kube_facts import JobFact, finished_at, name_of, read_job
@@ -280,6 +281,11 @@ class KubernetesRunner:
                      settings_secret=options.settings_secret)
         runner.client  # noqa: B018 -- a bad kubeconfig or context fails at start, not per run
         return runner
+
+    def activity(self, ctx: RunContext) -> ActivitySample | None:
+        """None: the executor cannot see a pod's counters. The Job's own worker runs the
+        handler in a thread and sends that thread's CPU with its own heartbeats."""
+        return None
 
     def __init__(self, settings: JobSettings, *, client: AsyncClient | None = None,
                  kubeconfig: str | os.PathLike[str] | None = None,

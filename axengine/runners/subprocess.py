@@ -37,6 +37,11 @@ under ``/root``) falls back to a ``python3.X`` of the same version in ``/usr/loc
 ``/usr/bin`` or ``/bin``, with this environment's site-packages added after its own
 standard library. The first run probes the candidates as the node user and keeps the
 first that imports the handler.
+
+**Resource activity.** :meth:`SubprocessRunner.activity` sums the ``/proc`` counters
+(CPU, storage I/O; network only in a namespace of its own, which nodes do not get
+today) of the node's process group — the node process leads it, so its pid is the
+group id — for the worker to send with its heartbeats (docs/blocking.md).
 """
 
 from __future__ import annotations
@@ -58,6 +63,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from axengine.activity import ActivitySample, sample_process_group
 from axengine.clock import Clock
 from axengine.errors import AxError, InputError
 from axengine.runners._confinement import (
@@ -264,7 +270,14 @@ class SubprocessRunner:
         self._python: str | None = None
         self._probing = asyncio.Lock()
         self._live: set[_NodeProcess] = set()
+        self._by_run: dict[RunContext, _NodeProcess] = {}
         self._prepared: set[str] = set()
+
+    def activity(self, ctx: RunContext) -> ActivitySample | None:
+        """The counters of the run's process group, or None when it has no live node
+        process (not started yet, or ended)."""
+        node = self._by_run.get(ctx)
+        return None if node is None else sample_process_group(node.pid)
 
     # ------------------------------------------------------------------ the run
 
@@ -287,6 +300,7 @@ class SubprocessRunner:
                                f"{exc}", retryable=True)
             node = _NodeProcess(proc)
             self._live.add(node)
+            self._by_run[ctx] = node
             try:
                 return await self._supervise(node, request, ctx, timeout=timeout,
                                              limits=limits)
@@ -297,6 +311,8 @@ class SubprocessRunner:
                             request.fence, node.pid)
                 raise
             finally:
+                # First: a pid that is reaped may be reused by another group.
+                self._by_run.pop(ctx, None)
                 # Whatever the node started and left behind goes with it.
                 node.signal(signal.SIGKILL)
                 self._live.discard(node)

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol, cast
 
 from axengine import faults
+from axengine.activity import Activity
 from axengine.clock import SYSTEM, Clock
 from axengine.errors import Conflict
 from executors.contract import EffectState, NodeRequest
@@ -37,7 +38,12 @@ class EngineClient(Protocol):
                     lease_seconds: float | None = None) -> Any: ...
 
     async def heartbeat(self, task_id: str, node_id: str, *, fence: int,
-                        lease_seconds: float | None = None) -> str: ...
+                        lease_seconds: float | None = None,
+                        activity: Activity | None = None) -> str:
+        """Renew the lease: ``ok`` or ``stale``. ``activity``: the resources the run
+        used over the last sampling interval (None: no sample), for the blocking
+        verdict."""
+        ...
 
     async def progress(self, task_id: str, node_id: str, *, fence: int, marker: str,
                        lease_seconds: float | None = None) -> str: ...

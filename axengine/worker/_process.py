@@ -33,6 +33,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from axengine.activity import Activity
 from axengine.clock import SYSTEM, Clock, wait_event
 from axengine.errors import AxError, QueueError
 from axengine.owners import host_pid_owner, owner_is_dead
@@ -135,9 +136,10 @@ class _Tracking:
         return claim
 
     async def heartbeat(self, task_id: str, node_id: str, *, fence: int,
-                        lease_seconds: float | None = None) -> str:
+                        lease_seconds: float | None = None,
+                        activity: Activity | None = None) -> str:
         answer = await self.inner.heartbeat(task_id, node_id, fence=fence,
-                                            lease_seconds=lease_seconds)
+                                            lease_seconds=lease_seconds, activity=activity)
         if answer == "stale":
             log.warning("heartbeat %s/%s fence=%d: stale (fenced out; stopping the run)",
                         task_id, node_id, fence)

@@ -16,19 +16,25 @@ the node's outcome. It owns three duties whatever it runs on:
 
 The worker keeps the lease alive with heartbeats while ``run`` is awaited, whatever the
 runner. A runner whose run commits its own outcome through the API (a Kubernetes Job
-does) returns :class:`Reported`; the worker then acks without completing.
+does) returns :class:`Reported`; the worker then acks without completing. At each
+heartbeat the worker asks the runner for the run's resource counters
+(:meth:`Runner.activity`: a thread's CPU clock, a process group's ``/proc`` counters)
+and sends what was used since about a minute with the heartbeat, for the blocking
+verdict (docs/blocking.md).
 """
 
 from __future__ import annotations
 
 import asyncio
 import sys
+import threading
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from axengine import faults
+from axengine.activity import ActivitySample, sample_thread
 from axengine.errors import InputError
 from axengine.limits import check_json_value
 from axengine.worker._context import RunContext
@@ -65,6 +71,13 @@ class Runner(Protocol):
     async def run(self, request: NodeRequest, ctx: RunContext, *,
                   timeout: float) -> Outcome | Reported:
         """Run the node; stop it on ``ctx.wait_stopped()`` or after ``timeout``."""
+        ...
+
+    def activity(self, ctx: RunContext) -> ActivitySample | None:
+        """The run's cumulative resource counters now (:mod:`axengine.activity`), or
+        None when this runner cannot see them or the run is not running here (yet, or
+        any more). Called from a worker thread at each heartbeat: it may read ``/proc``
+        but must not touch the event loop."""
         ...
 
     async def close(self) -> None:
@@ -137,6 +150,14 @@ class ThreadRunner:
         self.handler = handler
         self._threads = ThreadPoolExecutor(max_workers=max(1, concurrency) * 2,
                                            thread_name_prefix="ax-node")
+        # The thread running each handler, while it runs: pool threads are reused, and
+        # a stale entry would count the next handler's CPU as this run's.
+        self._running: dict[RunContext, threading.Thread] = {}
+
+    def activity(self, ctx: RunContext) -> ActivitySample | None:
+        """The handler thread's CPU clock (I/O and network are per process: unknown)."""
+        thread = self._running.get(ctx)
+        return None if thread is None else sample_thread(thread)
 
     async def run(self, request: NodeRequest, ctx: RunContext, *,
                   timeout: float) -> Outcome | Reported:
@@ -162,10 +183,13 @@ class ThreadRunner:
         return timed_out(ctx.clock.monotonic() - started, timeout)
 
     def _call(self, request: NodeRequest, ctx: RunContext) -> Outcome:
+        self._running[ctx] = threading.current_thread()
         try:
             outcome = self.handler(request, ctx)
         except Exception as exc:  # handlers should not raise; never let one kill the run
             return Failure(f"{type(exc).__name__}: {exc}", retryable=True)
+        finally:
+            self._running.pop(ctx, None)
         # Checked here, in the handler's thread, rather than in the commit.
         return checked_outcome(outcome, request.node_id)
 

@@ -12,10 +12,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from axengine import faults
+from axengine.activity import Activity, ActivityMeter, ActivitySample
 from axengine.clock import SYSTEM, Clock, sleep
 from axengine.errors import AxError
 from axengine.owners import LOCAL_PRINCIPAL, host_pid_owner
@@ -41,6 +43,36 @@ from executors.contract import Failure, Handler, NodeRequest, Outcome
 __all__ = ["Worker"]
 
 log = logging.getLogger("axengine.worker")
+
+#: Seconds the activity sent with a heartbeat covers: the thresholds of "work" are per
+#: minute, and a minute smooths a run that works in bursts (axengine.activity).
+ACTIVITY_SPAN = 60.0
+
+
+class _RunMeter:
+    """The resource activity of one run, sampled at each heartbeat: an
+    :class:`ActivityMeter` over the runner's samples, made once the runner gives one
+    (a runner that cannot see the run never gets a meter)."""
+
+    def __init__(self, runner: Runner, ctx: RunContext) -> None:
+        self._runner = runner
+        self._ctx = ctx
+        self._meter: ActivityMeter | None = None
+
+    def tick(self) -> Activity | None:
+        """The activity over about :data:`ACTIVITY_SPAN` (None: no sample, or the first)."""
+        if self._meter is None:
+            if self._runner.activity(self._ctx) is None:
+                return None
+            self._meter = ActivityMeter(self._sample, span=ACTIVITY_SPAN)
+        return self._meter.tick()
+
+    def _sample(self) -> ActivitySample:
+        sample = self._runner.activity(self._ctx)
+        if sample is None:  # the run ended between two beats: nothing is known now
+            return ActivitySample(at=time.monotonic(), cpu_seconds=None, io_bytes=None,
+                                  net_bytes=None, source="run ended")
+        return sample
 
 
 def settings_for(settings: Mapping[str, Any], submitted_by: str) -> Mapping[str, Any]:
@@ -236,7 +268,7 @@ class Worker:
             self.on_run(ctx, runner)
         if ctx.cancelled:
             return stopped(ctx)  # stopped before it started: it never starts
-        beats = asyncio.create_task(self._heartbeats(ctx))
+        beats = asyncio.create_task(self._heartbeats(ctx, runner))
         try:
             return await runner.run(request, ctx, timeout=timeout)
         finally:
@@ -244,14 +276,19 @@ class Worker:
             with contextlib.suppress(asyncio.CancelledError):
                 await beats
 
-    async def _heartbeats(self, ctx: RunContext) -> None:
+    async def _heartbeats(self, ctx: RunContext, runner: Runner) -> None:
         req = ctx.request
         interval = self.lease_seconds / 3
+        meter = _RunMeter(runner, ctx)
         while not ctx.cancelled:
             await sleep(self.clock, interval)
+            # Sampled just before the beat, off the loop (a process group's sample
+            # reads /proc); None until the runner gives a first sample.
+            activity = await asyncio.to_thread(meter.tick)
             try:
                 answer = await self.engine.heartbeat(req.task_id, req.node_id, fence=req.fence,
-                                                     lease_seconds=self.lease_seconds)
+                                                     lease_seconds=self.lease_seconds,
+                                                     activity=activity)
             except AxError as exc:
                 if not exc.retryable:
                     raise

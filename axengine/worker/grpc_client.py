@@ -47,6 +47,7 @@ from urllib.request import url2pathname
 import grpc
 
 from axengine import codec
+from axengine.activity import Activity
 from axengine.engine import ClaimResult
 from axengine.errors import AxError, BlobError, InputError, StoreError, class_for_grpc
 from executors.contract import Failure, NodeRequest, Outcome, Paused, Success, Unavailable
@@ -267,13 +268,16 @@ class GrpcEngineClient:
         return json.loads(data)
 
     async def heartbeat(self, task_id: str, node_id: str, *, fence: int,
-                        lease_seconds: float | None = None) -> str:
-        """Renew the lease: ``ok`` or ``stale``."""
+                        lease_seconds: float | None = None,
+                        activity: Activity | None = None) -> str:
+        """Renew the lease (with the run's recent ``activity``, if sampled): ``ok`` or
+        ``stale``."""
         _, worker = self._fence_of(task_id, node_id)
         reply = await self._call(f"heartbeat {task_id}/{node_id}", self.stub.Heartbeat,
-                                 ax_pb2.HeartbeatRequest(task_id=task_id, node_id=node_id,
-                                                         fence=fence, worker_id=worker,
-                                                         lease_seconds=lease_seconds or 0.0))
+                                 ax_pb2.HeartbeatRequest(
+                                     task_id=task_id, node_id=node_id, fence=fence,
+                                     worker_id=worker, lease_seconds=lease_seconds or 0.0,
+                                     activity=codec.activity_message(activity)))
         return self._lease_answer(task_id, node_id, fence, reply.result)
 
     async def progress(self, task_id: str, node_id: str, *, fence: int, marker: str,

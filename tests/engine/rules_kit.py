@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from axengine.activity import Activity
 from axengine.dag import Dag, load_dag_text
 from axengine.engine._ramp import Ramp, dependency_of
 from axengine.engine._rules import (
@@ -92,6 +93,8 @@ class World:
     loads: list[Need] = field(default_factory=list)
     config: RuleConfig = field(default_factory=RuleConfig)
     ramps: dict[str, Ramp] = field(default_factory=dict)
+    durations: dict[str, list[float]] = field(default_factory=dict)
+    depths: dict[str, int] = field(default_factory=dict)
     _counter: Iterator[int] = field(default_factory=itertools.count, repr=False)
 
     # ------------------------------------------------------------------ building
@@ -143,6 +146,10 @@ class World:
         if need.task_input:
             view.task_input = self.task.input
             view.task_input_loaded = True
+        for nid in sorted(need.durations):
+            view.run_durations[nid] = list(self.durations.get(nid, []))
+        for lane in sorted(need.depths):
+            view.queue_depths[lane] = self.depths.get(lane, 0)
         for dependency in sorted(ramps):
             view.ramps[dependency] = self.ramps.get(dependency)
             view.ramp_revs[dependency] = 1 if dependency in self.ramps else 0
@@ -156,8 +163,8 @@ class World:
             try:
                 return rule(view)
             except Need as need:
-                assert need.nodes or need.outputs or need.task_input or need.ramps, \
-                    "an empty Need"
+                assert (need.nodes or need.outputs or need.task_input or need.ramps
+                        or need.durations or need.depths), "an empty Need"
                 # A rule must never ask again for what it was given: that would loop.
                 assert not (need.nodes & view.snaps.keys()), need.nodes
                 self.loads.append(need)
@@ -178,6 +185,7 @@ class World:
                     counts[before] = counts.get(before, 0) - 1
                 counts[after] = counts.get(after, 0) + 1
         self.snaps.update(plan.writes)
+        self.durations.update(plan.durations)
         for dependency, ramp in plan.ramps.items():
             if ramp is None:
                 self.ramps.pop(dependency, None)
@@ -206,9 +214,11 @@ class World:
                                              ids=self.ids(), config=self.config),
                         preload=(node_id,))
 
-    def heartbeat(self, node_id: str, *, fence: int, now: float, lease: float = 30.0) -> Plan:
+    def heartbeat(self, node_id: str, *, fence: int, now: float, lease: float = 30.0,
+                  activity: Activity | None = None) -> Plan:
         return self.run(lambda v: plan_heartbeat(v, node_id, fence=fence, lease=lease,
-                                                 now=now, ids=self.ids()), preload=(node_id,))
+                                                 now=now, ids=self.ids(), activity=activity),
+                        preload=(node_id,))
 
     def progress(self, node_id: str, *, fence: int, now: float, marker: str = "m",
                  lease: float = 30.0) -> Plan:

@@ -785,10 +785,15 @@ def test_expire_requeues_a_node_that_made_no_progress() -> None:
     """)
     fence = running(world, "a", now=at(0))
     world.heartbeat("a", fence=fence, now=at(15))
-    assert world.expire("a", now=at(20)).result == "ok"
-    world.expire("a", now=at(21))
+    assert world.expire("a", now=at(10)).result == "ok"  # half the window: nothing
+    world.expire("a", now=at(20))  # at the window: a note, still running
+    world.expire("a", now=at(21))  # past it, resources unknown: a warning, no fence
+    assert world.state("a") is NodeState.RUNNING
+    assert world.kinds("a")[-2:] == ["stall_note", "stall_warning"]
+    world.expire("a", now=at(26))  # past the window's 25% grace for unknown resources
     assert world.state("a") is NodeState.WAITING
-    assert world.snaps["a"].error == "no progress for 21s"
+    assert world.snaps["a"].error.startswith("no progress for 26 s in step (none yet)")
+    assert world.snaps["a"].error.endswith("→ fence out")
 
 
 def test_expire_on_the_last_attempt_makes_the_node_dead() -> None:

@@ -310,6 +310,29 @@ def test_a_stale_fence_stops_the_run_and_its_outcome_records_the_kill(home: Path
     assert_gone(node_pid, helper_pid)
 
 
+def test_activity_samples_the_node_process_group_while_it_runs(home: Path) -> None:
+    node_runner = runner("tests.runners.handlers:loop_forever")
+
+    async def main() -> Any:
+        async with session(home, node_runner, lanes=("nobody",)) as s:
+            task = await s.submit(LOOP, {})
+            claim = await s.engine.claim(task, "n", worker="test-worker", lease_seconds=30)
+            ctx = RunContext(loop=asyncio.get_running_loop(), engine=s.engine,
+                             request=claim.request, lease_seconds=30, settings={})
+            run = asyncio.create_task(node_runner.run(claim.request, ctx, timeout=60))
+            pids = await reported_pids(s, task)
+            during = await asyncio.to_thread(node_runner.activity, ctx)
+            ctx.cancel()
+            await asyncio.wait_for(run, timeout=10)
+            return pids, during, node_runner.activity(ctx)
+
+    (node_pid, helper_pid), during, after = asyncio.run(main())
+    assert during is not None and during.source.startswith(f"pgrp {node_pid} (")
+    assert during.cpu_seconds is not None  # the group's CPU (node and its sleep helper)
+    assert after is None  # the run ended: no stale pid is sampled
+    assert_gone(node_pid, helper_pid)
+
+
 def test_shutting_the_executor_down_leaves_no_node_process(home: Path) -> None:
     """A node still running when the session closes is handed back (WAITING, no attempt
     spent) and its process group is killed before the session is gone."""

@@ -115,8 +115,22 @@ class BlobRef(_message.Message):
     size: int
     def __init__(self, uri: _Optional[str] = ..., sha256: _Optional[str] = ..., size: _Optional[int] = ...) -> None: ...
 
+class Activity(_message.Message):
+    __slots__ = ("seconds", "cpu_seconds", "io_bytes", "net_bytes", "source")
+    SECONDS_FIELD_NUMBER: _ClassVar[int]
+    CPU_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    IO_BYTES_FIELD_NUMBER: _ClassVar[int]
+    NET_BYTES_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    seconds: float
+    cpu_seconds: float
+    io_bytes: int
+    net_bytes: int
+    source: str
+    def __init__(self, seconds: _Optional[float] = ..., cpu_seconds: _Optional[float] = ..., io_bytes: _Optional[int] = ..., net_bytes: _Optional[int] = ..., source: _Optional[str] = ...) -> None: ...
+
 class TaskSnapshot(_message.Message):
-    __slots__ = ("task_id", "node_id", "status", "retry_count", "last_updated", "input_params", "output_json", "next_hops", "state", "attempt", "fence", "owner", "lease_until", "heartbeat_at", "progress_at", "progress_marker", "input_json", "input_ref", "input_revision", "output_ref", "output_sha256", "error", "error_retryable", "evidence", "ready_at", "not_before", "started_at", "finished_at", "paused_at", "paused_seconds", "gate_until", "decision_json", "last_updated_unix", "preds_left", "reached", "resume_json", "checkpoint_json", "run_seconds")
+    __slots__ = ("task_id", "node_id", "status", "retry_count", "last_updated", "input_params", "output_json", "next_hops", "state", "attempt", "fence", "owner", "lease_until", "heartbeat_at", "progress_at", "progress_marker", "input_json", "input_ref", "input_revision", "output_ref", "output_sha256", "error", "error_retryable", "evidence", "ready_at", "not_before", "started_at", "finished_at", "paused_at", "paused_seconds", "gate_until", "decision_json", "last_updated_unix", "preds_left", "reached", "resume_json", "checkpoint_json", "run_seconds", "activity", "activity_at", "stall_verdict", "stall_progress_at", "stall_extended_until", "attempt_timeout")
     class InputParamsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -169,6 +183,12 @@ class TaskSnapshot(_message.Message):
     RESUME_JSON_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_JSON_FIELD_NUMBER: _ClassVar[int]
     RUN_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    ACTIVITY_FIELD_NUMBER: _ClassVar[int]
+    ACTIVITY_AT_FIELD_NUMBER: _ClassVar[int]
+    STALL_VERDICT_FIELD_NUMBER: _ClassVar[int]
+    STALL_PROGRESS_AT_FIELD_NUMBER: _ClassVar[int]
+    STALL_EXTENDED_UNTIL_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     node_id: str
     status: str
@@ -207,7 +227,13 @@ class TaskSnapshot(_message.Message):
     resume_json: str
     checkpoint_json: str
     run_seconds: float
-    def __init__(self, task_id: _Optional[str] = ..., node_id: _Optional[str] = ..., status: _Optional[str] = ..., retry_count: _Optional[int] = ..., last_updated: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., input_params: _Optional[_Mapping[str, str]] = ..., output_json: _Optional[str] = ..., next_hops: _Optional[_Iterable[_Union[TaskSnapshot.NextHop, _Mapping]]] = ..., state: _Optional[_Union[NodeState, str]] = ..., attempt: _Optional[int] = ..., fence: _Optional[int] = ..., owner: _Optional[str] = ..., lease_until: _Optional[float] = ..., heartbeat_at: _Optional[float] = ..., progress_at: _Optional[float] = ..., progress_marker: _Optional[str] = ..., input_json: _Optional[str] = ..., input_ref: _Optional[_Union[BlobRef, _Mapping]] = ..., input_revision: _Optional[str] = ..., output_ref: _Optional[_Union[BlobRef, _Mapping]] = ..., output_sha256: _Optional[str] = ..., error: _Optional[str] = ..., error_retryable: _Optional[bool] = ..., evidence: _Optional[str] = ..., ready_at: _Optional[float] = ..., not_before: _Optional[float] = ..., started_at: _Optional[float] = ..., finished_at: _Optional[float] = ..., paused_at: _Optional[float] = ..., paused_seconds: _Optional[float] = ..., gate_until: _Optional[float] = ..., decision_json: _Optional[str] = ..., last_updated_unix: _Optional[float] = ..., preds_left: _Optional[int] = ..., reached: _Optional[bool] = ..., resume_json: _Optional[str] = ..., checkpoint_json: _Optional[str] = ..., run_seconds: _Optional[float] = ...) -> None: ...
+    activity: Activity
+    activity_at: float
+    stall_verdict: str
+    stall_progress_at: float
+    stall_extended_until: float
+    attempt_timeout: float
+    def __init__(self, task_id: _Optional[str] = ..., node_id: _Optional[str] = ..., status: _Optional[str] = ..., retry_count: _Optional[int] = ..., last_updated: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., input_params: _Optional[_Mapping[str, str]] = ..., output_json: _Optional[str] = ..., next_hops: _Optional[_Iterable[_Union[TaskSnapshot.NextHop, _Mapping]]] = ..., state: _Optional[_Union[NodeState, str]] = ..., attempt: _Optional[int] = ..., fence: _Optional[int] = ..., owner: _Optional[str] = ..., lease_until: _Optional[float] = ..., heartbeat_at: _Optional[float] = ..., progress_at: _Optional[float] = ..., progress_marker: _Optional[str] = ..., input_json: _Optional[str] = ..., input_ref: _Optional[_Union[BlobRef, _Mapping]] = ..., input_revision: _Optional[str] = ..., output_ref: _Optional[_Union[BlobRef, _Mapping]] = ..., output_sha256: _Optional[str] = ..., error: _Optional[str] = ..., error_retryable: _Optional[bool] = ..., evidence: _Optional[str] = ..., ready_at: _Optional[float] = ..., not_before: _Optional[float] = ..., started_at: _Optional[float] = ..., finished_at: _Optional[float] = ..., paused_at: _Optional[float] = ..., paused_seconds: _Optional[float] = ..., gate_until: _Optional[float] = ..., decision_json: _Optional[str] = ..., last_updated_unix: _Optional[float] = ..., preds_left: _Optional[int] = ..., reached: _Optional[bool] = ..., resume_json: _Optional[str] = ..., checkpoint_json: _Optional[str] = ..., run_seconds: _Optional[float] = ..., activity: _Optional[_Union[Activity, _Mapping]] = ..., activity_at: _Optional[float] = ..., stall_verdict: _Optional[str] = ..., stall_progress_at: _Optional[float] = ..., stall_extended_until: _Optional[float] = ..., attempt_timeout: _Optional[float] = ...) -> None: ...
 
 class Task(_message.Message):
     __slots__ = ("task_id", "dag_hash", "dag_name", "input_json", "input_ref", "status", "priority", "deadline", "labels", "idempotency_key", "payload_sha256", "counts", "created_at", "updated_at", "finished_at", "submitted_by", "paused_at")
@@ -588,18 +614,20 @@ class GetRunReply(_message.Message):
     def __init__(self, result: _Optional[_Union[LeaseResult, str]] = ..., run: _Optional[_Union[ClaimReply, _Mapping]] = ...) -> None: ...
 
 class HeartbeatRequest(_message.Message):
-    __slots__ = ("task_id", "node_id", "fence", "worker_id", "lease_seconds")
+    __slots__ = ("task_id", "node_id", "fence", "worker_id", "lease_seconds", "activity")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     FENCE_FIELD_NUMBER: _ClassVar[int]
     WORKER_ID_FIELD_NUMBER: _ClassVar[int]
     LEASE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    ACTIVITY_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     node_id: str
     fence: int
     worker_id: str
     lease_seconds: float
-    def __init__(self, task_id: _Optional[str] = ..., node_id: _Optional[str] = ..., fence: _Optional[int] = ..., worker_id: _Optional[str] = ..., lease_seconds: _Optional[float] = ...) -> None: ...
+    activity: Activity
+    def __init__(self, task_id: _Optional[str] = ..., node_id: _Optional[str] = ..., fence: _Optional[int] = ..., worker_id: _Optional[str] = ..., lease_seconds: _Optional[float] = ..., activity: _Optional[_Union[Activity, _Mapping]] = ...) -> None: ...
 
 class HeartbeatReply(_message.Message):
     __slots__ = ("result", "lease_until")
