@@ -47,6 +47,9 @@ MAX_JSON_DEPTH = 64
 #: Largest value (canonical JSON, UTF-8 bytes); the engine's default task-input limit
 #: and the API's default gRPC message size, so anything accepted can be sent back.
 MAX_JSON_BYTES = 8 * 1024 * 1024
+#: Largest checkpoint a run may save (it lives in the node's snapshot; large state
+#: belongs in the user's own store, the checkpoint naming it).
+MAX_CHECKPOINT_BYTES = 64 * 1024
 
 _SCALARS = (str, int, float, bool, type(None))
 

@@ -176,6 +176,13 @@ class NodeContext(Protocol):
         """Record a business checkpoint. False: the fence is stale; stop now."""
         ...
 
+    def checkpoint(self, state: Any) -> bool:
+        """Save ``state`` (JSON, at most 64 KiB) for the node's next run, durably: a
+        timed-out run may still call it during its grace (``cancelled`` is already true);
+        the next attempt, or an ``ax retry``, gets it as ``request.checkpoint``. False:
+        the fence is stale, nothing was saved."""
+        ...
+
     def effect(self, key: str) -> Effect:
         """The outbox record for side effect ``key`` (created on first use)."""
         ...

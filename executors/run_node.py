@@ -347,6 +347,10 @@ class _Context:
             self._cancelled = True
         return not self._cancelled
 
+    def checkpoint(self, state: Any) -> bool:
+        # Allowed while cancelled: a run past its timeout saves its state in its grace.
+        return bool(self._channel.call("checkpoint", state=state))
+
     def effect(self, key: str) -> _Effect:
         return _Effect(self._channel, key)
 

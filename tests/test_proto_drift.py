@@ -96,8 +96,8 @@ def test_services_expose_the_designed_methods() -> None:
         "CancelTask", "RetryTask", "ValidateDag", "ResumeNode",
     }
     assert set(services["ExecutorService"].methods_by_name) == {
-        "Claim", "Heartbeat", "Progress", "Complete", "EffectBegin", "EffectDone",
-        "EffectGet", "GetRun",
+        "Claim", "Heartbeat", "Progress", "Checkpoint", "Complete", "EffectBegin",
+        "EffectDone", "EffectGet", "GetRun",
     }
     watch = services["AxService"].methods_by_name["WatchTask"]
     assert watch.server_streaming

@@ -311,6 +311,14 @@ class ExecutorServicer(_Base):
             return pb.ProgressReply(result=pb.LEASE_RESULT_STALE)
         return pb.ProgressReply(result=pb.LEASE_RESULT_OK, progress_at=self.engine.clock())
 
+    @rpc("executor")
+    async def Checkpoint(self, request: Any, context: Any, who: Principal) -> Any:
+        state = ops.parse_json_text(request.state_json, "state_json", empty=None)
+        answer = await self.engine.checkpoint(request.task_id, request.node_id,
+                                              fence=request.fence, state=state)
+        return pb.CheckpointReply(result=pb.LEASE_RESULT_OK if answer == "ok"
+                                  else pb.LEASE_RESULT_STALE)
+
     async def _may_read_output(self, task_id: str, node_id: str, fence: int) -> bool:
         """Whether a ``Complete`` under ``fence`` may have its ``output_ref`` read: the node
         is RUNNING under that fence with a live lease, or SUCCEEDED under it (a repeat,

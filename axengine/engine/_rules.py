@@ -53,6 +53,7 @@ __all__ = [
     "four_eyes_violation",
     "holds",
     "plan_cancel",
+    "plan_checkpoint",
     "plan_claim",
     "plan_complete",
     "plan_decide",
@@ -649,6 +650,21 @@ def plan_progress(view: View, node_id: str, *, fence: int, marker: str, lease: f
     return b.plan
 
 
+def plan_checkpoint(view: View, node_id: str, *, fence: int, state: Any, now: float,
+                    ids: EventIds) -> Plan:
+    """Save ``state`` for the node's next run, under the fence (``ok`` or ``stale``);
+    the lease is not renewed: a checkpoint is not a heartbeat."""
+    snap = view.snap(node_id)
+    if not holds(snap, fence, now):
+        return Plan("stale")
+    b = _builder(view, now, ids, snap.owner)
+    out = replace(snap, checkpoint=state)
+    b.write(out)
+    b.event("checkpoint", out, f"saved for the next run ({len(canonical_json(state))} bytes)")
+    b.plan.result = "ok"
+    return b.plan
+
+
 def plan_complete(view: View, node_id: str, *, fence: int, outcome: Outcome, now: float,
                   ids: EventIds, config: RuleConfig) -> Plan:
     """Commit an attempt's outcome: ``committed`` only with the current fence; a repeat
@@ -1022,8 +1038,10 @@ def plan_retry(view: View, from_node: str, *, input_override: Any, now: float,
 
 
 def _reset(snap: Snapshot) -> Snapshot:
-    # The fence only ever grows, so a worker of the old run can never commit.
-    return Snapshot(task_id=snap.task_id, node_id=snap.node_id, fence=snap.fence + 1)
+    # The fence only ever grows, so a worker of the old run can never commit. The
+    # checkpoint stays: a retried node resumes from what its last run saved.
+    return Snapshot(task_id=snap.task_id, node_id=snap.node_id, fence=snap.fence + 1,
+                    checkpoint=snap.checkpoint)
 
 
 def _descendants(dag: Dag, start: str) -> set[str]:

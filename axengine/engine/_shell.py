@@ -45,7 +45,7 @@ from axengine.engine._runs import ClaimResult, claimed
 from axengine.engine._view import Need, View
 from axengine.errors import Conflict, NotFound, StoreError
 from axengine.keys import StoreKeys
-from axengine.limits import canonical_json, check_json_value
+from axengine.limits import MAX_CHECKPOINT_BYTES, canonical_json, check_json_value
 from axengine.owners import LOCAL_PRINCIPAL
 from axengine.queue import WorkItem, WorkQueue
 from axengine.records import Event, Snapshot, TaskRecord, TaskStatus
@@ -482,6 +482,19 @@ class Engine(EngineReads):
         plan, _ = await self._apply(task_id, lambda v: rules.plan_progress(
             v, node_id, fence=fence, marker=marker, lease=lease, now=self.clock(),
             ids=self._ids()), preload=(node_id,))
+        return plan.result
+
+    async def checkpoint(self, task_id: str, node_id: str, *, fence: int, state: Any) -> str:
+        """Save state for the node's next run under ``fence``: ``ok`` or ``stale``.
+
+        Raises:
+            InputError: ``state`` is not JSON within 64 KiB.
+        """
+        check_json_value(state, f"checkpoint of node {node_id!r}",
+                         max_bytes=MAX_CHECKPOINT_BYTES)
+        plan, _ = await self._apply(task_id, lambda v: rules.plan_checkpoint(
+            v, node_id, fence=fence, state=state, now=self.clock(), ids=self._ids()),
+            preload=(node_id,))
         return plan.result
 
     async def complete(self, task_id: str, node_id: str, *, fence: int,

@@ -377,12 +377,11 @@ class SubprocessRunner:
     async def _stop(self, node: _NodeProcess, relay: asyncio.Task[_Report],
                     request: NodeRequest, ctx: RunContext, *, elapsed: float,
                     timeout: float) -> Outcome:
-        """Stopped from outside or timed out: SIGTERM, the grace, SIGKILL."""
-        if ctx.cancelled:
-            why = stopped(ctx)
-        else:
-            why = timed_out(elapsed, timeout)
-            ctx.cancel()  # the node's late calls answer "stop"
+        """Stopped from outside or timed out: SIGTERM, the grace, SIGKILL. A node past its
+        timeout may save a checkpoint in the grace (its handler sees ``ctx.cancelled``)."""
+        timing_out = not ctx.cancelled
+        if timing_out:
+            ctx.cancel()  # the node's late calls answer "stop" (a checkpoint still goes)
         grace = self.settings.grace_seconds
         node.signal(signal.SIGTERM)
         if await _all_within(ctx.clock, grace, node.exited):
@@ -392,6 +391,8 @@ class SubprocessRunner:
             kill = f"killed the node process group (SIGTERM, then SIGKILL after {grace:g}s grace)"
         node.signal(signal.SIGKILL)
         await asyncio.wait({relay}, timeout=REAP_TIMEOUT)
+        resumable = timing_out and ctx.checkpointed and not ctx.stale
+        why = timed_out(elapsed, timeout, resumable=resumable) if timing_out else stopped(ctx)
         message = f"{why.message}; {kill}"
         late = _report_of(relay).outcome
         if isinstance(late, Failure):
@@ -399,7 +400,7 @@ class SubprocessRunner:
         log.warning("node %s/%s fence=%d attempt=%d (pid %d): %s", request.task_id,
                     request.node_id, request.fence, request.attempt, node.pid, message)
         return Failure(message, retryable=True,
-                       details={"killed": True, "pid": node.pid})
+                       details={"killed": True, "pid": node.pid, "resumable": resumable})
 
     async def _relay(self, node: _NodeProcess, ctx: RunContext,
                      start: Mapping[str, Any]) -> _Report:
@@ -587,6 +588,8 @@ async def _answer(message: Mapping[str, Any], ctx: RunContext) -> dict[str, Any]
             value: Any = await ctx.beat()
         elif call == "progress":
             value = await ctx.report_progress(str(message.get("marker", "")))
+        elif call == "checkpoint":
+            value = await ctx.save_checkpoint(message.get("state"))
         elif not isinstance(key, str) or call not in _EFFECT_CALLS:
             return {"id": ident, "error": {"type": "InputError", "retryable": False,
                                            "message": f"unknown call {call!r}"}}

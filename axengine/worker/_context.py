@@ -48,6 +48,11 @@ class EngineClient(Protocol):
     async def progress(self, task_id: str, node_id: str, *, fence: int, marker: str,
                        lease_seconds: float | None = None) -> str: ...
 
+    async def checkpoint(self, task_id: str, node_id: str, *, fence: int,
+                         state: Any) -> str:
+        """Save state for the node's next run: ``ok`` or ``stale``."""
+        ...
+
     async def complete(self, task_id: str, node_id: str, *, fence: int,
                        outcome: Any) -> str: ...
 
@@ -121,6 +126,8 @@ class RunContext:
         self._stopped = asyncio.Event()
         self.stale = False
         self.released = False
+        #: A checkpoint was saved by this attempt (a timeout then says "resumable").
+        self.checkpointed = False
         self.clock = clock
         self._last_beat = clock.monotonic()
 
@@ -185,6 +192,20 @@ class RunContext:
             lease_seconds=self.lease_seconds))
         return not self.cancelled
 
+    async def save_checkpoint(self, state: Any) -> bool:
+        """Save state for the node's next run; False when the fence is stale. Works while
+        the run is cancelled for its timeout: that is what the grace is for."""
+        if self.stale:
+            return False
+        req = self.request
+        answer = await self.engine.checkpoint(req.task_id, req.node_id, fence=req.fence,
+                                              state=state)
+        if answer == "stale":
+            self.mark_stale()
+            return False
+        self.checkpointed = True
+        return True
+
     async def effect_state(self, key: str) -> EffectState:
         record = await self.engine.effect_get(key)
         return "NEW" if record is None else cast(EffectState, record.state)
@@ -242,6 +263,9 @@ class RunContext:
         if self.cancelled:
             return False
         return bool(self.call(self.report_progress(marker)))
+
+    def checkpoint(self, state: Any) -> bool:
+        return bool(self.call(self.save_checkpoint(state)))
 
     def effect(self, key: str) -> _Effect:
         return _Effect(self, key)

@@ -156,6 +156,13 @@ class _Tracking:
             self.forget(task_id, node_id, fence)
         return answer
 
+    async def checkpoint(self, task_id: str, node_id: str, *, fence: int,
+                         state: Any) -> str:
+        answer = await self.inner.checkpoint(task_id, node_id, fence=fence, state=state)
+        if answer == "stale":
+            self.forget(task_id, node_id, fence)
+        return answer
+
     async def complete(self, task_id: str, node_id: str, *, fence: int,
                        outcome: Any) -> str:
         flight = self.flights.get((task_id, node_id))

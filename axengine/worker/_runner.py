@@ -36,7 +36,7 @@ from typing import Any, Protocol
 from axengine import faults
 from axengine.activity import ActivitySample, sample_thread
 from axengine.errors import InputError
-from axengine.limits import check_json_value
+from axengine.limits import MAX_CHECKPOINT_BYTES, check_json_value
 from axengine.worker._context import RunContext
 from executors.contract import Failure, Handler, NodeRequest, Outcome, Paused, Success
 
@@ -85,10 +85,6 @@ class Runner(Protocol):
         ...
 
 
-#: Largest checkpoint a paused run may leave (it is stored in the node's snapshot).
-MAX_CHECKPOINT_BYTES = 64 * 1024
-
-
 def checked_outcome(outcome: Outcome, node_id: str) -> Outcome:
     """``outcome``, or a non-retryable Failure when a Success's output is not storable
     JSON (size not bounded here: large outputs go to the blob store), or a Paused's
@@ -105,10 +101,13 @@ def checked_outcome(outcome: Outcome, node_id: str) -> Outcome:
     return outcome
 
 
-def timed_out(elapsed: float, timeout: float) -> Failure:
+def timed_out(elapsed: float, timeout: float, *, resumable: bool = False) -> Failure:
     """The outcome of a run stopped at its timeout (retryable: the next attempt may be
-    faster)."""
-    return Failure(f"timed out after {elapsed:.1f}s (timeout {timeout:g}s)", retryable=True)
+    faster); ``resumable`` when it saved a checkpoint, which the next attempt gets."""
+    message = f"timed out after {elapsed:.1f}s (timeout {timeout:g}s)"
+    if resumable:
+        message += ", resumable: the next run gets its checkpoint"
+    return Failure(message, retryable=True, details={"resumable": resumable})
 
 
 def stopped(ctx: RunContext) -> Failure:
@@ -131,6 +130,10 @@ def pick_runner(runners: Mapping[str, Runner], default: str,
     return runner
 
 
+#: Seconds a thread-run handler past its timeout gets to checkpoint and return.
+DEFAULT_TIMEOUT_GRACE = 5.0
+
+
 class ThreadRunner:
     """Runs handlers in the worker's threads (the embedded default).
 
@@ -141,13 +144,16 @@ class ThreadRunner:
     Args:
         handler: ``handle(request, ctx) -> Outcome``.
         concurrency: Nodes run at once by the worker.
+        grace: Seconds a handler past its timeout gets to save a checkpoint and return.
     """
 
     name = THREAD
     detached = False
 
-    def __init__(self, handler: Handler, *, concurrency: int = 4) -> None:
+    def __init__(self, handler: Handler, *, concurrency: int = 4,
+                 grace: float = DEFAULT_TIMEOUT_GRACE) -> None:
         self.handler = handler
+        self.grace = grace
         self._threads = ThreadPoolExecutor(max_workers=max(1, concurrency) * 2,
                                            thread_name_prefix="ax-node")
         # The thread running each handler, while it runs: pool threads are reused, and
@@ -179,8 +185,17 @@ class ThreadRunner:
             # Stop waiting for a handler that ignores cancellation; its result could
             # never be committed.
             return stopped(ctx)
+        # Its timeout: the handler is told (ctx.cancelled) and gets a grace to save a
+        # checkpoint and return; one that ignores it is abandoned.
+        elapsed = ctx.clock.monotonic() - started
         ctx.cancel()
-        return timed_out(ctx.clock.monotonic() - started, timeout)
+        grace = ctx.clock.timer(self.grace)
+        try:
+            both: list[asyncio.Future[Any]] = [future, grace]
+            await asyncio.wait(both, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            grace.cancel()
+        return timed_out(elapsed, timeout, resumable=ctx.checkpointed and not ctx.stale)
 
     def _call(self, request: NodeRequest, ctx: RunContext) -> Outcome:
         self._running[ctx] = threading.current_thread()

@@ -291,6 +291,16 @@ class GrpcEngineClient:
                                                         lease_seconds=lease_seconds or 0.0))
         return self._lease_answer(task_id, node_id, fence, reply.result)
 
+    async def checkpoint(self, task_id: str, node_id: str, *, fence: int,
+                         state: Any) -> str:
+        """Save state for the node's next run: ``ok`` or ``stale``."""
+        _, worker = self._fence_of(task_id, node_id)
+        reply = await self._call(f"checkpoint {task_id}/{node_id}", self.stub.Checkpoint,
+                                 ax_pb2.CheckpointRequest(
+                                     task_id=task_id, node_id=node_id, fence=fence,
+                                     worker_id=worker, state_json=codec.canonical_json(state)))
+        return self._lease_answer(task_id, node_id, fence, reply.result)
+
     def _lease_answer(self, task_id: str, node_id: str, fence: int, result: int) -> str:
         answer = _LEASE.get(result, "stale")
         if answer == "stale":

@@ -26,6 +26,7 @@ from axengine.engine._rules import (
     category,
     derive_status,
     plan_cancel,
+    plan_checkpoint,
     plan_claim,
     plan_complete,
     plan_decide,
@@ -253,6 +254,11 @@ class World:
 
     def cancel(self, *, now: float, by: str = "admin") -> Plan:
         return self.run(lambda v: plan_cancel(v, now=now, ids=self.ids(), by=by))
+
+    def checkpoint(self, node_id: str, *, fence: int, state: Any, now: float) -> Plan:
+        return self.run(lambda v: plan_checkpoint(v, node_id, fence=fence, state=state,
+                                                  now=now, ids=self.ids()),
+                        preload=(node_id,))
 
     def retry(self, from_node: str, *, now: float, input_override: Any = None,
               by: str = "admin") -> Plan:

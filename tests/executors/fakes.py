@@ -62,6 +62,7 @@ class FakeContext:
     stale_after_heartbeats: int | None = None
     stale_after_progress: int | None = None
     on_progress: Callable[[str], None] | None = None
+    checkpoints: list[Any] = field(default_factory=list)
     _cancelled: threading.Event = field(default_factory=threading.Event)
 
     @property
@@ -80,6 +81,10 @@ class FakeContext:
         if self.on_progress is not None:
             self.on_progress(marker)
         return self.stale_after_progress is None or len(self.markers) < self.stale_after_progress
+
+    def checkpoint(self, state: Any) -> bool:
+        self.checkpoints.append(state)
+        return True
 
     def effect(self, key: str) -> FakeEffect:
         return self.effects.setdefault(key, FakeEffect(key))

@@ -15,7 +15,7 @@ from typing import Any
 
 from executors.contract import Failure, NodeContext, NodeRequest, Outcome, Success
 
-__all__ = ["loop_forever", "misbehave", "snoop"]
+__all__ = ["loop_forever", "misbehave", "resumable", "snoop"]
 
 
 def loop_forever(request: NodeRequest, ctx: NodeContext) -> Outcome:
@@ -65,3 +65,16 @@ def snoop(request: NodeRequest, ctx: NodeContext) -> Outcome:
         "executor_environ": _read(f"/proc/{os.getppid()}/environ"),
         "sigterm_handled": signal.getsignal(signal.SIGTERM) not in (signal.SIG_DFL, None),
     })
+
+
+def resumable(request: NodeRequest, ctx: NodeContext) -> Outcome:
+    """Counts pages until its timeout tells it to stop (SIGTERM: ``ctx.cancelled``), then
+    saves how far it got in its grace; a run that gets a checkpoint finishes at once."""
+    if request.checkpoint is not None:
+        return Success({"resumed_from": request.checkpoint})
+    pages = 0
+    while not ctx.cancelled:
+        pages += 1
+        time.sleep(0.01)
+    ctx.checkpoint({"pages": pages})
+    return Failure("stopped at its timeout", retryable=True)

@@ -252,6 +252,30 @@ def test_a_node_past_its_timeout_is_killed_with_its_group(
     record_property("summary", f"timeout: {result.errors['n']}")
 
 
+def test_a_node_past_its_timeout_saves_a_checkpoint_in_its_grace_and_the_next_run_gets_it(
+        home: Path, record_property: Callable[[str, object], None]) -> None:
+    dag = load_dag_text("name: pages\nnodes:\n  n: {type: tool_call, tool: echo, input: x, "
+                        "timeout: 1, retry: 1}\n")
+
+    async def main() -> Any:
+        async with session(home, runner("tests.runners.handlers:resumable")) as s:
+            task = await s.submit(dag, {})
+            result = await s.wait(task, timeout=20)
+            return result, await s.engine.events(task)
+
+    result, events = asyncio.run(main())
+    assert result.status == "SUCCEEDED"
+    pages = result.outputs["n"]["resumed_from"]["pages"]
+    assert pages > 0
+    retry = next(e for e in events if e.kind == "retry")
+    assert re.match(r"timed out after 1\.\ds \(timeout 1s\), resumable: the next run gets its "
+                    r"checkpoint; killed the node process group \(SIGTERM; the node exited "
+                    r"within the 0\.5s grace", retry.detail), retry.detail
+    assert [e.kind for e in events].count("checkpoint") == 1
+    record_property("summary", f"timeout with a checkpoint: {retry.detail[:90]}...; the "
+                    f"second run resumed from {pages} pages")
+
+
 def test_a_cancelled_node_is_killed_within_its_grace(
         home: Path, caplog: pytest.LogCaptureFixture,
         record_property: Callable[[str, object], None]) -> None:

@@ -79,6 +79,7 @@ METHODS = (
     "/ax.v1.ExecutorService/Claim",
     "/ax.v1.ExecutorService/Heartbeat",
     "/ax.v1.ExecutorService/Progress",
+    "/ax.v1.ExecutorService/Checkpoint",
     "/ax.v1.ExecutorService/Complete",
     "/ax.v1.ExecutorService/EffectBegin",
     "/ax.v1.ExecutorService/EffectDone",
@@ -286,7 +287,7 @@ ALLOWED_WHO = {
     "SubmitTask": ("admin", "submitter", "submitter2"), "ValidateDag": ("submitter", "admin"),
     "Decide": ("approver", "admin"), "ResumeNode": ("approver", "admin"),
     "CancelTask": ("admin",), "RetryTask": ("admin",),
-    **{m: ("executor",) for m in ("Claim", "Heartbeat", "Progress", "Complete",
+    **{m: ("executor",) for m in ("Claim", "Heartbeat", "Progress", "Checkpoint", "Complete",
                                   "EffectBegin", "EffectDone", "EffectGet", "GetRun")},
 }
 

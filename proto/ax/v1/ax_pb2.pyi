@@ -661,6 +661,26 @@ class ProgressReply(_message.Message):
     progress_at: float
     def __init__(self, result: _Optional[_Union[LeaseResult, str]] = ..., progress_at: _Optional[float] = ...) -> None: ...
 
+class CheckpointRequest(_message.Message):
+    __slots__ = ("task_id", "node_id", "fence", "worker_id", "state_json")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    FENCE_FIELD_NUMBER: _ClassVar[int]
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_JSON_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    node_id: str
+    fence: int
+    worker_id: str
+    state_json: str
+    def __init__(self, task_id: _Optional[str] = ..., node_id: _Optional[str] = ..., fence: _Optional[int] = ..., worker_id: _Optional[str] = ..., state_json: _Optional[str] = ...) -> None: ...
+
+class CheckpointReply(_message.Message):
+    __slots__ = ("result",)
+    RESULT_FIELD_NUMBER: _ClassVar[int]
+    result: LeaseResult
+    def __init__(self, result: _Optional[_Union[LeaseResult, str]] = ...) -> None: ...
+
 class CompleteRequest(_message.Message):
     __slots__ = ("task_id", "node_id", "fence", "worker_id", "success", "failure", "unavailable", "paused")
     class Success(_message.Message):

@@ -534,6 +534,11 @@ class ExecutorServiceStub:
                 request_serializer=proto_dot_ax_dot_v1_dot_ax__pb2.ProgressRequest.SerializeToString,
                 response_deserializer=proto_dot_ax_dot_v1_dot_ax__pb2.ProgressReply.FromString,
                 _registered_method=True)
+        self.Checkpoint = channel.unary_unary(
+                '/ax.v1.ExecutorService/Checkpoint',
+                request_serializer=proto_dot_ax_dot_v1_dot_ax__pb2.CheckpointRequest.SerializeToString,
+                response_deserializer=proto_dot_ax_dot_v1_dot_ax__pb2.CheckpointReply.FromString,
+                _registered_method=True)
         self.Complete = channel.unary_unary(
                 '/ax.v1.ExecutorService/Complete',
                 request_serializer=proto_dot_ax_dot_v1_dot_ax__pb2.CompleteRequest.SerializeToString,
@@ -582,6 +587,14 @@ class ExecutorServiceServicer:
 
     def Progress(self, request, context):
         """Records a business checkpoint (marker + progress_at).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Checkpoint(self, request, context):
+        """Saves state for the node's next run (a timed-out run's grace, a long job's
+        milestones), under the fence; the lease is not renewed.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -640,6 +653,11 @@ def add_ExecutorServiceServicer_to_server(servicer, server):
                     servicer.Progress,
                     request_deserializer=proto_dot_ax_dot_v1_dot_ax__pb2.ProgressRequest.FromString,
                     response_serializer=proto_dot_ax_dot_v1_dot_ax__pb2.ProgressReply.SerializeToString,
+            ),
+            'Checkpoint': grpc.unary_unary_rpc_method_handler(
+                    servicer.Checkpoint,
+                    request_deserializer=proto_dot_ax_dot_v1_dot_ax__pb2.CheckpointRequest.FromString,
+                    response_serializer=proto_dot_ax_dot_v1_dot_ax__pb2.CheckpointReply.SerializeToString,
             ),
             'Complete': grpc.unary_unary_rpc_method_handler(
                     servicer.Complete,
@@ -750,6 +768,33 @@ class ExecutorService:
             '/ax.v1.ExecutorService/Progress',
             proto_dot_ax_dot_v1_dot_ax__pb2.ProgressRequest.SerializeToString,
             proto_dot_ax_dot_v1_dot_ax__pb2.ProgressReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Checkpoint(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ax.v1.ExecutorService/Checkpoint',
+            proto_dot_ax_dot_v1_dot_ax__pb2.CheckpointRequest.SerializeToString,
+            proto_dot_ax_dot_v1_dot_ax__pb2.CheckpointReply.FromString,
             options,
             channel_credentials,
             insecure,
