@@ -100,8 +100,8 @@ class CountingQueue:
         await self.inner.enqueue(items, delay=delay)
 
     async def pop(self, worker_id: str, *, lanes: Sequence[str] = ("fast", "default"),
-                  timeout: float = 1.0) -> WorkItem | None:
-        item = await self.inner.pop(worker_id, lanes=lanes, timeout=timeout)
+                  timeout: float = 1.0, aging: float | None = None) -> WorkItem | None:
+        item = await self.inner.pop(worker_id, lanes=lanes, timeout=timeout, aging=aging)
         self.counts["pops" if item is not None else "empty_pops"] += 1
         return item
 

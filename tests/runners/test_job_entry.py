@@ -188,12 +188,18 @@ def test_the_container_fetches_runs_heartbeats_and_commits_under_the_fence(
 def test_a_container_fenced_out_mid_run_commits_nothing(
         topology: Topology, client: Any, tmp_path: Path) -> None:
     task = client.submit(SLEEP_DAG, {"seconds": 30}).task_id
-    run = claim(topology, task, "nap", lease=5.0)
+    # A claim lease that outlasts the container's start on a busy machine.
+    run = claim(topology, task, "nap", lease=20.0)
     proc = start_entry(job_env(topology, run, tmp_path, AX_LEASE_SECONDS="1"))
-    first_beat = client.get(task)["nodes"]["nap"]["heartbeat_at"]
-    # The container's own heartbeats move heartbeat_at: it is running.
-    wait_until(lambda: client.get(task)["nodes"]["nap"]["heartbeat_at"] > first_beat, 15,
-               what="a heartbeat from the container")
+    try:
+        first_beat = client.get(task)["nodes"]["nap"]["heartbeat_at"]
+        # The container's own heartbeats move heartbeat_at: it is running.
+        wait_until(lambda: client.get(task)["nodes"]["nap"]["heartbeat_at"] > first_beat,
+                   20, what="a heartbeat from the container")
+    except BaseException:
+        proc.kill()
+        proc.communicate(timeout=10)
+        raise
     client.cancel(task, reason="test")
     started = time.monotonic()
     code, result, _ = finish(proc)
