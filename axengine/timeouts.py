@@ -497,15 +497,9 @@ def node_timeout_policy(data: Mapping[str, Any], timeout: float, *,
     ``timeout`` stays the hard bound the limits and the API check), and its ``name`` is
     ``node``.
 
-    ``progress_grace`` is refused on nodes: the worker enforces a run's timeout and does
-    not yet extend it while progress arrives (the simulator does).
-
     Raises:
         PolicyError: As :func:`policy_from_mapping`, naming ``source``.
     """
-    if "progress_grace" in data:
-        raise PolicyError(f"{source}: field 'progress_grace': not supported on DAG nodes "
-                          "yet (ax simulate replays it); leave it out")
     merged: dict[str, Any] = {"name": "node", **data}
     if merged.get("kind") in ("percentile", "adaptive"):
         merged.setdefault("fallback", timeout)

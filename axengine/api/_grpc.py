@@ -244,7 +244,8 @@ def _claimed_pb(claim: ClaimResult) -> Any:
         input_revision=req.input_revision, lease_until=claim.lease_until,
         submitted_by=claim.submitted_by, dag_hash=claim.dag_hash,
         checkpoint_json=_json_or_empty(req.checkpoint), resume_json=_json_or_empty(req.resume),
-        timeout=claim.timeout)
+        timeout=claim.timeout, timeout_grace=claim.timeout_grace,
+        timeout_cap=claim.timeout_cap)
 
 
 def _json_or_empty(value: Any) -> str:

@@ -14,6 +14,7 @@ from typing import Any
 
 from axengine.dag import Node
 from axengine.records import Snapshot, TaskRecord
+from axengine.timeouts import AdaptivePolicy, node_timeout_policy
 from executors.contract import NodeRequest
 
 __all__ = ["ClaimResult", "claimed"]
@@ -47,6 +48,8 @@ class ClaimResult:
     reason: str = ""
     submitted_by: str = ""
     dag_hash: str = ""
+    timeout_grace: float = 0.0
+    timeout_cap: float = 0.0
 
 
 def claimed(task: TaskRecord, node: Node, snap: Snapshot, params: Mapping[str, Any] | None
@@ -75,6 +78,13 @@ def claimed(task: TaskRecord, node: Node, snap: Snapshot, params: Mapping[str, A
     timeout = snap.attempt_timeout or node.timeout
     if snap.run_seconds:
         timeout = max(timeout - snap.run_seconds, 1.0)
+    # Progress moves the timeout by the policy's grace, up to its max (the node's timeout).
+    grace = cap = 0.0
+    if node.timeout_policy is not None:
+        policy = node_timeout_policy(node.timeout_policy, node.timeout)
+        if isinstance(policy, AdaptivePolicy) and policy.progress_grace > 0:
+            grace = policy.progress_grace
+            cap = max((policy.max or node.timeout) - snap.run_seconds, timeout)
     return ClaimResult("claimed", request=request, timeout=timeout,
                        lease_until=snap.lease_until, submitted_by=task.submitted_by,
-                       dag_hash=task.dag_hash)
+                       dag_hash=task.dag_hash, timeout_grace=grace, timeout_cap=cap)

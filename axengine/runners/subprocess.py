@@ -83,7 +83,7 @@ from axengine.runners._confinement import (
 )
 from axengine.worker import Reported, RunContext
 from axengine.worker._context import FencedOut
-from axengine.worker._runner import checked_outcome, stopped, timed_out
+from axengine.worker._runner import checked_outcome, run_deadline, stopped, timed_out
 from executors.contract import Failure, NodeRequest, Outcome
 from executors.run_node import (
     EXIT_OUT_OF_MEMORY,
@@ -328,7 +328,7 @@ class SubprocessRunner:
         errors = asyncio.create_task(node.collect_stderr())
         try:
             started = ctx.clock.monotonic()
-            deadline = ctx.clock.timer(timeout)
+            deadline = asyncio.ensure_future(run_deadline(ctx, timeout, started))
             stop = asyncio.ensure_future(ctx.wait_stopped())
             waiting: set[asyncio.Future[Any]] = {relay, node.exited, deadline, stop}
             try:
@@ -338,8 +338,11 @@ class SubprocessRunner:
                 stop.cancel()
             if relay.done() or node.exited.done():
                 return await self._finished(node, relay, errors, request, ctx, limits)
+            moved = (deadline.result() - timeout
+                     if deadline.done() and not deadline.cancelled() else 0.0)
             return await self._stop(node, relay, request, ctx,
-                                    elapsed=ctx.clock.monotonic() - started, timeout=timeout)
+                                    elapsed=ctx.clock.monotonic() - started, timeout=timeout,
+                                    moved=moved)
         finally:
             relay.cancel()
             errors.cancel()
@@ -376,7 +379,7 @@ class SubprocessRunner:
 
     async def _stop(self, node: _NodeProcess, relay: asyncio.Task[_Report],
                     request: NodeRequest, ctx: RunContext, *, elapsed: float,
-                    timeout: float) -> Outcome:
+                    timeout: float, moved: float = 0.0) -> Outcome:
         """Stopped from outside or timed out: SIGTERM, the grace, SIGKILL. A node past its
         timeout may save a checkpoint in the grace (its handler sees ``ctx.cancelled``)."""
         timing_out = not ctx.cancelled
@@ -392,7 +395,8 @@ class SubprocessRunner:
         node.signal(signal.SIGKILL)
         await asyncio.wait({relay}, timeout=REAP_TIMEOUT)
         resumable = timing_out and ctx.checkpointed and not ctx.stale
-        why = timed_out(elapsed, timeout, resumable=resumable) if timing_out else stopped(ctx)
+        why = (timed_out(elapsed, timeout, resumable=resumable, grace=moved) if timing_out
+               else stopped(ctx))
         message = f"{why.message}; {kill}"
         late = _report_of(relay).outcome
         if isinstance(late, Failure):

@@ -14,6 +14,7 @@ discards the run's outcome as it does after a stale heartbeat.
 from __future__ import annotations
 
 import asyncio
+import math
 import threading
 from collections.abc import Mapping
 from typing import Any, Protocol, cast
@@ -128,6 +129,12 @@ class RunContext:
         self.released = False
         #: A checkpoint was saved by this attempt (a timeout then says "resumable").
         self.checkpointed = False
+        #: Progress moves the timeout by this much, up to ``timeout_cap`` (the node's
+        #: ``timeout_policy``; 0: never).
+        self.timeout_grace = 0.0
+        self.timeout_cap = 0.0
+        #: When progress was last recorded (the clock's monotonic time).
+        self.last_progress = -math.inf
         self.clock = clock
         self._last_beat = clock.monotonic()
 
@@ -190,6 +197,8 @@ class RunContext:
         self.beat_answer(await self.engine.progress(
             req.task_id, req.node_id, fence=req.fence, marker=marker,
             lease_seconds=self.lease_seconds))
+        if not self.stale:
+            self.last_progress = self.clock.monotonic()
         return not self.cancelled
 
     async def save_checkpoint(self, state: Any) -> bool:

@@ -35,6 +35,7 @@ from typing import Any, Protocol
 
 from axengine import faults
 from axengine.activity import ActivitySample, sample_thread
+from axengine.clock import sleep
 from axengine.errors import InputError
 from axengine.limits import MAX_CHECKPOINT_BYTES, check_json_value
 from axengine.worker._context import RunContext
@@ -101,10 +102,29 @@ def checked_outcome(outcome: Outcome, node_id: str) -> Outcome:
     return outcome
 
 
-def timed_out(elapsed: float, timeout: float, *, resumable: bool = False) -> Failure:
+async def run_deadline(ctx: RunContext, timeout: float, started: float) -> float:
+    """Sleep until the run's timeout has passed; return the timeout in force then.
+
+    While progress keeps arriving — a mark within the last ``ctx.timeout_grace`` seconds
+    when the deadline comes — the deadline moves by that grace, up to
+    ``ctx.timeout_cap`` (a ``timeout_policy``'s ``progress_grace`` and ``max``)."""
+    limit = timeout
+    while True:
+        await sleep(ctx.clock, max(started + limit - ctx.clock.monotonic(), 0.0))
+        grace, cap = ctx.timeout_grace, ctx.timeout_cap
+        if grace > 0 and limit < cap and ctx.last_progress > started + limit - grace:
+            limit = min(limit + grace, cap)
+            continue
+        return limit
+
+
+def timed_out(elapsed: float, timeout: float, *, resumable: bool = False,
+              grace: float = 0.0) -> Failure:
     """The outcome of a run stopped at its timeout (retryable: the next attempt may be
-    faster); ``resumable`` when it saved a checkpoint, which the next attempt gets."""
-    message = f"timed out after {elapsed:.1f}s (timeout {timeout:g}s)"
+    faster); ``resumable`` when it saved a checkpoint, which the next attempt gets;
+    ``grace``: how far progress moved the timeout."""
+    message = f"timed out after {elapsed:.1f}s (timeout {timeout:g}s"
+    message += f" + progress grace {grace:g}s)" if grace > 0 else ")"
     if resumable:
         message += ", resumable: the next run gets its checkpoint"
     return Failure(message, retryable=True, details={"resumable": resumable})
@@ -171,7 +191,7 @@ class ThreadRunner:
         started = ctx.clock.monotonic()
         future = loop.run_in_executor(self._threads, self._call, request, ctx)
         faults.point("handler-running")
-        deadline = ctx.clock.timer(timeout)
+        deadline = asyncio.ensure_future(run_deadline(ctx, timeout, started))
         stop = asyncio.ensure_future(ctx.wait_stopped())
         waiting: set[asyncio.Future[Any]] = {future, deadline, stop}
         try:
@@ -188,6 +208,8 @@ class ThreadRunner:
         # Its timeout: the handler is told (ctx.cancelled) and gets a grace to save a
         # checkpoint and return; one that ignores it is abandoned.
         elapsed = ctx.clock.monotonic() - started
+        moved = (deadline.result() - timeout
+                     if deadline.done() and not deadline.cancelled() else 0.0)
         ctx.cancel()
         grace = ctx.clock.timer(self.grace)
         try:
@@ -195,7 +217,8 @@ class ThreadRunner:
             await asyncio.wait(both, return_when=asyncio.FIRST_COMPLETED)
         finally:
             grace.cancel()
-        return timed_out(elapsed, timeout, resumable=ctx.checkpointed and not ctx.stale)
+        return timed_out(elapsed, timeout, resumable=ctx.checkpointed and not ctx.stale,
+                         grace=moved)
 
     def _call(self, request: NodeRequest, ctx: RunContext) -> Outcome:
         self._running[ctx] = threading.current_thread()

@@ -239,6 +239,7 @@ class Worker:
                          lease_seconds=self.lease_seconds,
                          settings=settings_for(self.settings, claim.submitted_by),
                          clock=self.clock)
+        ctx.timeout_grace, ctx.timeout_cap = claim.timeout_grace, claim.timeout_cap
         outcome = await self._run(request, ctx, claim.timeout)
         if ctx.stale or isinstance(outcome, Reported):
             # Fenced out: nothing to commit. Reported: the run committed its own

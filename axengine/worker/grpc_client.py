@@ -246,6 +246,7 @@ class GrpcEngineClient:
         # An older API sends no timeout: the node's own.
         timeout = reply.timeout or float(config.get("timeout") or 0.0) or 300.0
         return ClaimResult("claimed", request=request, timeout=timeout,
+                           timeout_grace=reply.timeout_grace, timeout_cap=reply.timeout_cap,
                            lease_until=reply.lease_until, submitted_by=reply.submitted_by,
                            dag_hash=reply.dag_hash)
 

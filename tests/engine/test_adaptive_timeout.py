@@ -5,14 +5,18 @@ the ``claimed`` event says why."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
+from typing import Any
 
+from axengine.clock import ManualClock
 from axengine.config import AxConfig
 from axengine.dag import load_dag_text
 from axengine.engine._runs import claimed
 from axengine.local import LocalSession
+from axengine.records import NodeState
 from axengine.timeouts import TIMES as X
-from executors.contract import Failure, Paused, Success
+from executors.contract import Failure, NodeContext, NodeRequest, Outcome, Paused, Success
 from tests.engine.rules_kit import T0, World
 
 POLICY = """
@@ -130,3 +134,69 @@ nodes:
     # echo takes milliseconds: p50 of two such runs, raised to min 2 s.
     assert details[2].startswith("timeout 2 s = p50 0") and details[2].endswith(
         "raised to min 2 s"), details[2]
+
+
+def test_progress_moves_the_timeout_by_the_grace_up_to_the_max(tmp_path: Path) -> None:
+    """progress_grace on the embedded engine, on a manual clock: a run that reports
+    progress near its 10 s deadline gets 5 s more, again while progress keeps coming,
+    never past max (30 s); without progress in the last 5 s it is stopped."""
+    dag = load_dag_text("""
+name: graced
+nodes:
+  a:
+    type: tool_call
+    tool: echo
+    input: x
+    timeout: 30
+    retry: 0
+    timeout_policy: {kind: adaptive, fallback: 10, progress_grace: 5}
+""")
+    step = threading.Event()
+    done = threading.Event()
+
+    def handler(request: NodeRequest, ctx: NodeContext) -> Outcome:
+        while not ctx.cancelled:
+            if step.wait(0.01):
+                step.clear()
+                ctx.progress("page")
+                done.set()
+        return Failure("stopped", retryable=True)
+
+    async def main() -> tuple[str, str]:
+        clock = ManualClock()
+        async with LocalSession(AxConfig(home=tmp_path), handler=handler, clock=clock,
+                                reconcile_interval=3600, lease_seconds=600) as session:
+            task = await session.submit(dag, {})
+
+            async def running() -> bool:
+                snap = (await session.engine.get_task(task)).snapshots["a"]
+                return snap.state is NodeState.RUNNING
+
+            async def progressed() -> bool:
+                return done.is_set()
+
+            await until(running)  # claimed: the run's clock starts now (t = 0)
+            for gap in (8.0, 5.0):  # progress at t = 8 (before 10), then t = 13 (before 15)
+                clock.advance(gap)
+                step.set()
+                await until(progressed)
+                done.clear()
+            clock.advance(8.0)  # t = 21: no progress after 13, so the deadline 20 holds
+            result = await session.wait(task, timeout=20)
+            claimed_ = [e.detail for e in await session.engine.events(task)
+                        if e.kind == "claimed"]
+            return result.errors["a"], claimed_[0]
+
+    error, why = asyncio.run(main())
+    assert why == f"timeout 10 s = fallback 10 s (0 samples < 5) {X} load 1"
+    # 10 → 15 (progress at 8) → 20 (progress at 13) → stopped at 20: no progress since 15.
+    assert error == ("attempts exhausted (1/1): timed out after 21.0s (timeout 10s + progress "
+                     "grace 10s)"), error
+
+
+async def until(check: Any) -> None:
+    for _ in range(2000):
+        if await check():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError("condition not reached within 20 s")

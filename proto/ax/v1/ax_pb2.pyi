@@ -551,7 +551,7 @@ class ClaimRequest(_message.Message):
     def __init__(self, task_id: _Optional[str] = ..., node_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., lease_seconds: _Optional[float] = ...) -> None: ...
 
 class ClaimReply(_message.Message):
-    __slots__ = ("result", "fence", "attempt", "node_type", "config_json", "input_json", "labels", "input_revision", "lease_until", "input_ref", "not_before", "reason", "submitted_by", "dag_hash", "checkpoint_json", "resume_json", "timeout")
+    __slots__ = ("result", "fence", "attempt", "node_type", "config_json", "input_json", "labels", "input_revision", "lease_until", "input_ref", "not_before", "reason", "submitted_by", "dag_hash", "checkpoint_json", "resume_json", "timeout", "timeout_grace", "timeout_cap")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -576,6 +576,8 @@ class ClaimReply(_message.Message):
     CHECKPOINT_JSON_FIELD_NUMBER: _ClassVar[int]
     RESUME_JSON_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_GRACE_FIELD_NUMBER: _ClassVar[int]
+    TIMEOUT_CAP_FIELD_NUMBER: _ClassVar[int]
     result: ClaimResult
     fence: int
     attempt: int
@@ -593,7 +595,9 @@ class ClaimReply(_message.Message):
     checkpoint_json: str
     resume_json: str
     timeout: float
-    def __init__(self, result: _Optional[_Union[ClaimResult, str]] = ..., fence: _Optional[int] = ..., attempt: _Optional[int] = ..., node_type: _Optional[str] = ..., config_json: _Optional[str] = ..., input_json: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., input_revision: _Optional[str] = ..., lease_until: _Optional[float] = ..., input_ref: _Optional[_Union[BlobRef, _Mapping]] = ..., not_before: _Optional[float] = ..., reason: _Optional[str] = ..., submitted_by: _Optional[str] = ..., dag_hash: _Optional[str] = ..., checkpoint_json: _Optional[str] = ..., resume_json: _Optional[str] = ..., timeout: _Optional[float] = ...) -> None: ...
+    timeout_grace: float
+    timeout_cap: float
+    def __init__(self, result: _Optional[_Union[ClaimResult, str]] = ..., fence: _Optional[int] = ..., attempt: _Optional[int] = ..., node_type: _Optional[str] = ..., config_json: _Optional[str] = ..., input_json: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., input_revision: _Optional[str] = ..., lease_until: _Optional[float] = ..., input_ref: _Optional[_Union[BlobRef, _Mapping]] = ..., not_before: _Optional[float] = ..., reason: _Optional[str] = ..., submitted_by: _Optional[str] = ..., dag_hash: _Optional[str] = ..., checkpoint_json: _Optional[str] = ..., resume_json: _Optional[str] = ..., timeout: _Optional[float] = ..., timeout_grace: _Optional[float] = ..., timeout_cap: _Optional[float] = ...) -> None: ...
 
 class GetRunRequest(_message.Message):
     __slots__ = ("task_id", "node_id", "fence")
