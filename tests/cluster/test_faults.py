@@ -200,7 +200,8 @@ def test_executors_sigkilled_mid_node_lose_and_repeat_nothing(topo: Topology,
 
     def one_more_kill(chunk: int) -> None:
         # Pace the submissions so kills land throughout the batch, however fast it runs.
-        wait_until(lambda: len(kills) > chunk, 60, what=f"kill {chunk + 1}")
+        # (90 s: on a loaded machine the nodes an executor may be killed in come slowly.)
+        wait_until(lambda: len(kills) > chunk, 90, what=f"kill {chunk + 1}")
 
     found, elapsed = run_batch(topo, client, "kill", actions, chunks=5,
                                after_chunk=one_more_kill)
