@@ -176,7 +176,8 @@ def test_list_filters_and_pages(api_server: ServerFactory, backend: str) -> None
 
 def test_idempotent_submit_returns_the_same_task(api_server: ServerFactory,
                                                  backend: str) -> None:
-    handle = api_server(backend, worker=False)
+    # No reconciler pass in between: a pass may renew its leadership, moving the revision.
+    handle = api_server(backend, worker=False, reconcile_interval=3600.0)
     client = handle.client("submit")
     first = client.post("/v1/tasks", json=SEED_BODY, headers={"Idempotency-Key": "k-1"})
     assert first.status_code == 201 and first.json()["created"] is True
