@@ -25,6 +25,7 @@ __all__ = [
     "format_event",
     "node_table",
     "parse_json_arg",
+    "positive_int",
 ]
 
 EXIT_OK = 0
@@ -63,6 +64,17 @@ def config_of(args: argparse.Namespace) -> AxConfig:
 def fail(message: str, code: int = EXIT_USAGE) -> int:
     print(f"ax: error: {message}", file=sys.stderr)
     return code
+
+
+def positive_int(value: str) -> int:
+    """An argparse ``type`` for counts such as ``--limit N``: a whole number ≥ 1."""
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {value!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return n
 
 
 def parse_json_arg(value: str | None, what: str) -> Any:

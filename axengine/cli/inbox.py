@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from axengine.api._ops import MAX_PAGE, approval_json, dag_info_json
-from axengine.cli._common import EXIT_OK, add_home, fail
+from axengine.cli._common import EXIT_OK, add_home, fail, positive_int
 from axengine.cli._remote import add_remote, remote_of, with_client
 from axengine.cli._runtime import with_engine
 from axengine.cli.tasks import pipe_safe
@@ -28,19 +28,9 @@ __all__ = ["ago", "register"]
 DESCRIPTION_WIDTH = 48
 
 
-def _limit(value: str) -> int:
-    try:
-        n = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {value!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return n
-
-
 def register(sub: Any) -> None:
     dp = sub.add_parser("dags", help="list the stored DAG versions, by hash")
-    dp.add_argument("--limit", type=_limit, default=100, metavar="N",
+    dp.add_argument("--limit", type=positive_int, default=100, metavar="N",
                     help="at most this many (default 100)")
     dp.add_argument("--json", action="store_true",
                     help="print a JSON list (hash, name, nodes, stored_revision)")
@@ -50,7 +40,7 @@ def register(sub: Any) -> None:
 
     ap = sub.add_parser("approvals", help="list the gates waiting for a decision, newest "
                         "task first")
-    ap.add_argument("--limit", type=_limit, default=100, metavar="N",
+    ap.add_argument("--limit", type=positive_int, default=100, metavar="N",
                     help="at most this many gates (default 100)")
     ap.add_argument("--json", action="store_true",
                     help="print a JSON list (task_id, dag_name, submitted_by, node_id, "

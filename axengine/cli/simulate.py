@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from axengine.cli._common import EXIT_OK, add_home, fail
+from axengine.cli._common import EXIT_OK, add_home, fail, positive_int
 from axengine.cli._runtime import with_engine
 from axengine.cli.tasks import pipe_safe
 from axengine.errors import AxError
@@ -33,23 +33,13 @@ from axengine.timeouts import Policy, seconds
 __all__ = ["cmd_export", "cmd_simulate", "register"]
 
 
-def _count(value: str) -> int:
-    try:
-        n = int(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {value!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError("must be at least 1")
-    return n
-
-
 def register(sub: Any) -> None:
     """Add ``history`` (with its ``export`` action) and ``simulate``."""
     hp = sub.add_parser("history", help="export recorded node runs (input of ax simulate)")
     hsub = hp.add_subparsers(dest="history_command", metavar="ACTION", required=True)
     ep = hsub.add_parser("export", help="write every finished node run as JSON Lines")
     ep.add_argument("--dag", default="", metavar="NAME", help="only tasks of this DAG")
-    ep.add_argument("--limit", type=_count, default=None, metavar="N",
+    ep.add_argument("--limit", type=positive_int, default=None, metavar="N",
                     help="only the newest N tasks (default: all)")
     ep.add_argument("-o", "--output", metavar="FILE", help="file to write (default: stdout)")
     add_home(ep)
