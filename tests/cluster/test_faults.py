@@ -169,20 +169,28 @@ def test_executors_sigkilled_mid_node_lose_and_repeat_nothing(topo: Topology,
                                                               client: Any) -> None:
     kills: list[int] = []
 
-    def kill(index: int) -> Callable[[], bool]:
+    def killable(index: int) -> bool:
+        proc = topo.executors[index]
+        if in_flight(proc) <= 0:
+            return False  # wait until it is running something
+        # A node whose every attempt dies with its worker is indistinguishable from a
+        # poison node: on its last attempt a kill makes it DEAD by design (the attempt
+        # budget). Only kill where a retry remains.
+        return max(in_flight_attempts(proc), default=0) < LAST_ATTEMPT
+
+    def kill(preferred: int) -> Callable[[], bool]:
         def action() -> bool:
-            proc = topo.executors[index]
-            if in_flight(proc) <= 0:
-                return False  # wait until it is running something
-            if max(in_flight_attempts(proc), default=0) >= LAST_ATTEMPT:
-                # A node whose every attempt dies with its worker is indistinguishable
-                # from a poison node: on its last attempt a kill makes it DEAD by design
-                # (the attempt budget). Only kill where a retry remains.
-                return False
-            topo.kill_executor(index)
-            kills.append(in_flight(proc))
-            topo.start_executor(index)
-            return True
+            # The preferred executor, or the other one if it has nothing to kill in: a
+            # restarted executor can be slow to start on a loaded machine, and its peer
+            # may then run a whole chunk alone.
+            for index in (preferred, 1 - preferred):
+                if killable(index):
+                    proc = topo.executors[index]
+                    topo.kill_executor(index)
+                    kills.append(in_flight(proc))
+                    topo.start_executor(index)
+                    return True
+            return False
         return action
 
     def pause(seconds: float) -> Callable[[], bool]:
