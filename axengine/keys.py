@@ -7,6 +7,7 @@ asks the engine. The work queue's key names live with the queue
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from urllib.parse import quote
 
@@ -68,6 +69,18 @@ class StoreKeys:
 
     def effect(self, key: str) -> str:
         return f"{self.prefix}/effects/{key}"
+
+    def effects_of(self, task_id: str, node_id: str = "") -> str:
+        """The index of a task's outbox records (of one node when given); each entry's
+        value is the effect's key."""
+        base = f"{self.prefix}/effect-index/{task_id}/"
+        return f"{base}{_part(node_id)}/" if node_id else base
+
+    def effect_entry(self, task_id: str, node_id: str, key: str) -> str:
+        """The index entry of the effect ``key`` of a node (a digest: keys are free
+        text)."""
+        digest = hashlib.sha256(key.encode()).hexdigest()[:32]
+        return f"{self.effects_of(task_id, node_id)}{digest}"
 
     def stats(self, dag_name: str, node_id: str) -> str:
         """Recent run durations of one DAG node (its ``timeout_policy`` reads them)."""

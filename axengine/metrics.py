@@ -1,6 +1,7 @@
 """Prometheus metrics of an ax process (DESIGN §5), one registry per process.
 
-Where each metric comes from:
+Every metric, with its labels and how to read it: docs/observability.md. Where each
+comes from:
 
 - ``ax_snapshot_write_seconds``: :class:`TimedStore`, a thin wrapper around the state
   store that times every ``txn`` the engine makes (:meth:`AxMetrics.wrap_store`, applied
@@ -14,40 +15,63 @@ Where each metric comes from:
   that call ``complete`` report them with :meth:`AxMetrics.complete_answer`.
 - ``ax_llm_tokens_total``: the ``_llm.usage`` an LLM node puts in its (object) output,
   read from the outcome by :meth:`AxMetrics.llm_usage` where ``complete`` is called (the
-  gRPC ``Complete`` and the in-process executor's ``observe``), only when the answer is
-  ``committed``, so a retried or repeated complete never counts twice.
+  gRPC ``Complete``, the in-process executor's ``observe`` and, in ``ax executor``,
+  :meth:`AxMetrics.executed`), only when the answer is ``committed``, so a retried or
+  repeated complete never counts twice. The API and an ``ax executor`` each count the
+  outcomes they see, in their own registries.
 - ``ax_stall_verdicts_total{action}``: the same listener, from the events of the
   blocking verdicts (``stall_note``, ``stall_warning``, ``stall_extended``) and the
   fences whose reason is a verdict's evidence (docs/blocking.md).
-- ``ax_queue_depth`` and ``ax_oldest_waiting_seconds``: read from the queue and, through
-  the engine, the store on every scrape (:meth:`AxMetrics.refresh`), so they are right
-  across replicas.
+- ``ax_queue_depth``, ``ax_nodes`` and ``ax_oldest_waiting_seconds``: read from the
+  queue and, through the engine, the store on every scrape (:meth:`AxMetrics.refresh`),
+  so they are right across replicas. Only unfinished tasks are read (the engine's status
+  index), so a scrape costs the same however many tasks have finished.
+- ``ax_node_run_seconds``: the worker, when a runner returns (:meth:`AxMetrics.node_ran`,
+  given to the executor as ``observe_run``), in the process that runs the executor.
+- ``ax_llm_request_seconds``: the model provider, process-wide
+  (:mod:`executors.metrics`); included in every registry.
+- ``process_*``, ``python_*``: prometheus_client's process, platform and GC collectors.
+
+A process without a REST listener (``ax executor``) serves its registry with
+:class:`MetricsServer`.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    GCCollector,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, start_wsgi_server
 
-from axengine.errors import NotFound
-from axengine.records import Event, NodeState, TaskRecord
+from axengine.errors import InputError, NotFound
+from axengine.records import Event, NodeState, Snapshot, TaskRecord
 from axengine.store import Compare, Op, StateStore, StoreWrapper, TxnResult
-from executors.contract import Success
+from executors.contract import NodeRequest, Success
+from executors.metrics import LLM_REQUEST_SECONDS, MAX_LABEL
 
-__all__ = ["CONTENT_TYPE_LATEST", "AxMetrics", "TimedStore"]
+__all__ = ["CONTENT_TYPE_LATEST", "AxMetrics", "MetricsServer", "TimedStore"]
 
 log = logging.getLogger("axengine.metrics")
 
 #: Listener records kept until the next drain; older ones are dropped (and counted).
 MAX_PENDING = 100_000
-#: Unfinished tasks read per scrape to find the oldest WAITING node.
+#: Tasks with waiting or running nodes whose snapshots one scrape reads (``ax_nodes``
+#: running/waiting and ``ax_oldest_waiting_seconds``); beyond it those gauges undercount.
 OLDEST_WAITING_SCAN = 5_000
 #: Buckets of the store write latency (seconds): etcd commits take milliseconds.
 WRITE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
@@ -63,8 +87,15 @@ _STALL_EVENTS = {"stall_note": "note", "stall_warning": "warn", "stall_extended"
 _STALL_EVIDENCE = "no progress for "
 #: ``_llm.usage`` keys counted by ``ax_llm_tokens_total``, by ``kind`` label.
 _TOKEN_KINDS = {"prompt": "prompt_tokens", "completion": "completion_tokens"}
-#: Longest model label kept (longer names are cut; the label set stays bounded).
-MAX_MODEL_LABEL = 100
+#: Longest model or tool label kept (longer names are cut; the label set stays bounded).
+MAX_MODEL_LABEL = MAX_LABEL
+#: Buckets of node run durations (seconds): tools take milliseconds, models seconds,
+#: vendor jobs and people minutes to hours.
+RUN_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
+               600.0, 1800.0, 3600.0)
+#: ``ax_nodes`` states, by the node state they count.
+_NODE_GAUGES = {NodeState.RUNNING: "running", NodeState.WAITING: "waiting",
+                NodeState.PAUSED: "paused"}
 
 
 @dataclass(frozen=True)
@@ -112,7 +143,13 @@ class AxMetrics:
         self.queue_depth = Gauge("ax_queue_depth", "Items waiting per lane", ["lane"],
                                  registry=r)
         self.oldest_waiting = Gauge("ax_oldest_waiting_seconds",
-                                    "Age of the oldest due WAITING node", registry=r)
+                                    "Age of the oldest due WAITING node per lane", ["lane"],
+                                    registry=r)
+        self.nodes = Gauge("ax_nodes", "Nodes of unfinished tasks by state", ["state"],
+                           registry=r)
+        self.node_run_seconds = Histogram(
+            "ax_node_run_seconds", "Time a handler ran in this process",
+            ["node_type", "target"], buckets=RUN_BUCKETS, registry=r)
         self.node_outcomes = Counter("ax_node_outcomes_total", "Attempt outcomes",
                                      ["node_type", "outcome"], registry=r)
         self.lease_expiries = Counter("ax_lease_expiries_total",
@@ -131,6 +168,10 @@ class AxMetrics:
                                       ["action"], registry=r)
         self.dropped = Counter("ax_metrics_dropped_total",
                                "Listener records dropped before a drain", registry=r)
+        r.register(LLM_REQUEST_SECONDS)
+        ProcessCollector(registry=r)
+        PlatformCollector(registry=r)
+        GCCollector(registry=r)
         self._pending: deque[_Pending] = deque()
         self._max_pending = max_pending
         self.lanes: set[str] = {"default", "fast"}
@@ -188,6 +229,22 @@ class AxMetrics:
         self.complete_answer(task_id, node_id, answer)
         if answer == "committed":
             self.llm_usage(outcome)
+
+    def executed(self, task_id: str, node_id: str, answer: str, outcome: Any) -> None:
+        """The ``observe`` of an executor that does not hold the engine (``ax
+        executor``): the LLM usage of a ``committed`` outcome. Answers and outcomes are
+        counted by the API, whose listener sees every commit; the API counts the tokens
+        too, in its own registry, so one process never counts them twice."""
+        if answer == "committed":
+            self.llm_usage(outcome)
+
+    def node_ran(self, request: NodeRequest, seconds: float) -> None:
+        """The ``observe_run`` of an executor: one run of ``seconds``, by node type and
+        target (the tool or the model; "" for other node types)."""
+        config = request.config
+        target = config.get("tool") or config.get("model") or ""
+        self.node_run_seconds.labels(request.node_type,
+                                     str(target)[:MAX_MODEL_LABEL]).observe(seconds)
 
     def track_lanes(self, lanes: Iterable[str]) -> None:
         """Lanes whose depth is reported (``default`` and ``fast`` always are)."""
@@ -249,23 +306,43 @@ class AxMetrics:
             self.tasks_finished.labels(event.state).inc()
 
     async def refresh(self, engine: Any) -> None:
-        """Read the queue depth per lane and the oldest due WAITING node."""
+        """Read the queue depth per lane, the nodes of unfinished tasks by state and the
+        oldest due WAITING node per lane. Finished tasks are never read: paused nodes
+        come from the task records' counters, the rest from the snapshots of tasks with
+        a waiting or running node (at most :data:`OLDEST_WAITING_SCAN` of them)."""
         for lane in sorted(self.lanes):
             self.queue_depth.labels(lane).set(await engine.queue.depth(lane))
         now = engine.clock()
-        oldest = 0.0
+        states = dict.fromkeys(_NODE_GAUGES.values(), 0)
+        oldest: dict[str, float] = {}
         scanned = 0
         for task in await engine.unfinished_tasks():
-            if not task.counts.get("ACTIVE"):
+            states["paused"] += task.counts.get(NodeState.PAUSED.value, 0)
+            # Waiting and running nodes share one counter ("ACTIVE"): the snapshots
+            # tell them apart.
+            if not task.counts.get("ACTIVE") or scanned >= OLDEST_WAITING_SCAN:
                 continue
             scanned += 1
-            if scanned > OLDEST_WAITING_SCAN:
-                break
+            lanes = await self._node_lanes(engine, task)
             for snap in await engine.snapshots(task.task_id):
-                if snap.state is NodeState.WAITING and snap.not_before <= now and snap.ready_at:
-                    # Due since it became ready, or since its backoff ended.
-                    oldest = max(oldest, now - max(snap.ready_at, snap.not_before))
-        self.oldest_waiting.set(oldest)
+                if snap.state in (NodeState.RUNNING, NodeState.WAITING):
+                    states[_NODE_GAUGES[snap.state]] += 1
+                age = waiting_age(snap, now)
+                if age is not None:
+                    lane = lanes.get(snap.node_id, "default")
+                    oldest[lane] = max(oldest.get(lane, 0.0), age)
+        for state, count in states.items():
+            self.nodes.labels(state).set(count)
+        self.lanes.update(oldest)
+        for lane in sorted(self.lanes):
+            self.oldest_waiting.labels(lane).set(oldest.get(lane, 0.0))
+
+    async def _node_lanes(self, engine: Any, task: TaskRecord) -> dict[str, str]:
+        try:
+            dag = await engine.get_dag(task.dag_hash)
+        except NotFound:
+            return {}
+        return {nid: node.lane for nid, node in dag.nodes.items()}
 
     async def render(self, engine: Any) -> bytes:
         """Drain, refresh (a failing backend leaves the gauges as they were) and return
@@ -276,3 +353,71 @@ class AxMetrics:
         except Exception as exc:
             log.warning("metrics: cannot read the queue or the store: %r", exc)
         return bytes(generate_latest(self.registry))
+
+
+def waiting_age(snap: Snapshot, now: float) -> float | None:
+    """Seconds a WAITING node has been due at ``now``: since it became ready, or since
+    its backoff ended (None: not WAITING, or not due yet)."""
+    if snap.state is not NodeState.WAITING or not snap.ready_at or snap.not_before > now:
+        return None
+    return max(0.0, now - max(snap.ready_at, snap.not_before))
+
+
+class MetricsServer:
+    """``/metrics`` of a process without a REST listener (``ax executor``):
+    prometheus_client's WSGI server on a thread of its own, serving ``registry`` as it
+    is (such a process has no engine, so nothing is drained or refreshed on a scrape).
+
+    ``start()`` binds (port 0 picks a free port) and returns the URL; ``close()`` stops
+    the thread and closes the socket. Also a context manager.
+
+    Args:
+        registry: What to serve.
+        host: Address to listen on.
+        port: Port (0: any free one).
+    """
+
+    def __init__(self, registry: CollectorRegistry, *, host: str, port: int) -> None:
+        self.registry = registry
+        self.host = host
+        self.port = port
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        """Where it serves, with the real port (after :meth:`start`)."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/metrics"
+
+    def start(self) -> str:
+        """Bind and serve; return :attr:`url`.
+
+        Raises:
+            InputError: The address cannot be bound (in use, not local, unknown name).
+        """
+        try:
+            self._server, self._thread = start_wsgi_server(
+                self.port, addr=self.host, registry=self.registry)
+        except OSError as exc:
+            raise InputError(f"cannot serve metrics on {self.host}:{self.port}: "
+                             f"{exc.strerror or exc}") from exc
+        self.port = int(self._server.server_port)
+        return self.url
+
+    def close(self) -> None:
+        """Stop serving and release the port; idempotent."""
+        server, self._server = self._server, None
+        if server is None:
+            return
+        server.shutdown()
+        server.server_close()
+        if self._thread is not None:
+            self._thread.join()
+
+    def __enter__(self) -> MetricsServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -50,7 +50,7 @@ from axengine.queue import (
 from axengine.wiring import Runtime, build_runtime, open_queue
 from axengine.worker import THREAD, EngineClient, Runner
 from axengine.worker._process import DEFAULT_GRACE_SECONDS, Executor, ShutdownReport
-from executors.contract import Handler
+from executors.contract import Handler, NodeRequest
 
 __all__ = ["AxProcess", "ExecutorSpec", "RemoteApi", "Shape", "default_handler", "serve",
            "stop_on_signals"]
@@ -74,6 +74,8 @@ class ExecutorSpec:
         worker_id: Stable worker id (default ``w:<host>:<pid>:<random>``).
         poll_timeout: Longest wait of one queue pop.
         observe: Told ``(task_id, node_id, answer, outcome)`` of every completion.
+        observe_run: Told the request and the seconds of every run of a handler
+            (``AxMetrics.node_ran``).
         runners: Runners besides ``thread`` (which runs ``handler`` in this process), by
             name.
         runner: The runner of nodes that do not name one.
@@ -92,6 +94,7 @@ class ExecutorSpec:
     worker_id: str | None = None
     poll_timeout: float = 0.5
     observe: Callable[[str, str, str, Any], None] | None = None
+    observe_run: Callable[[NodeRequest, float], None] | None = None
     runners: Mapping[str, Runner] = field(default_factory=dict)
     runner: str = THREAD
     fast_share: float = DEFAULT_FAST_SHARE
@@ -246,7 +249,8 @@ class AxProcess:
                         grace_seconds=spec.grace_seconds, settings=spec.settings,
                         lanes=spec.lanes, handler=spec.handler or default_handler(),
                         poll_timeout=spec.poll_timeout,
-                        observe=spec.observe, clock=self.shape.clock,
+                        observe=spec.observe, observe_run=spec.observe_run,
+                        clock=self.shape.clock,
                         runners=spec.runners, runner=spec.runner,
                         fast_share=spec.fast_share, aging_seconds=spec.aging_seconds)
 

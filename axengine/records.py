@@ -19,6 +19,7 @@ from axengine.activity import Activity
 __all__ = [
     "ACTIVE_STATES",
     "FINAL_STATES",
+    "NO_EDITS",
     "BlobRef",
     "Event",
     "NextHop",
@@ -258,3 +259,14 @@ class Event:
     fence: int = 0
     actor: str = ""
     detail: str = ""
+
+
+class _NoEdits:
+    """The ``data`` of a gate decision that edits nothing (None is a value an approver
+    may set): what the engine, the API and the client pass when there are no edits."""
+
+    def __repr__(self) -> str:
+        return "NO_EDITS"
+
+
+NO_EDITS: Any = _NoEdits()

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
@@ -163,11 +163,30 @@ class AxSettings(BaseSettings):
     server: str = ""
     #: File holding the bearer token for ``server`` (never the token itself).
     token_file: Path | None = None
+    #: Log lines of ``ax server``, ``ax api`` and ``ax executor`` on stderr: ``text`` or
+    #: ``json`` (one object per line; docs/observability.md#logs).
+    log_format: Literal["text", "json"] = "text"
+    #: ``ax server`` and ``ax api``: one INFO line per HTTP request, whatever the log level.
+    access_log: bool = True
+    #: ``ax executor``: ``HOST:PORT`` serving its ``/metrics`` (port 0: any free port);
+    #: empty or ``off``: none.
+    metrics_address: str = ""
     handlers: HandlerSettings = HandlerSettings()
     #: Free-form; its schema belongs to executors/llm. Passed as ``handler_settings["llm"]``.
     llm: dict[str, Any] = {}
     tools: ToolsSettings = ToolsSettings()
     worker: WorkerSettings = WorkerSettings()
+
+    @field_validator("metrics_address")
+    @classmethod
+    def _host_and_port(cls, value: str) -> str:
+        if value.strip().lower() in ("", "off", "none"):
+            return ""
+        host, sep, port = value.rpartition(":")
+        if not sep or not host.strip("[]") or not port.isdigit() or int(port) > 65535:
+            raise ValueError("use HOST:PORT (port 0: any free port), e.g. 127.0.0.1:9464, "
+                             "or off")
+        return value
 
     @classmethod
     def settings_customise_sources(

@@ -26,9 +26,9 @@ task view it names as small protocols (:class:`DagDocument`, :class:`TaskState`)
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from axengine.errors import (
     INTERNAL_ERROR,
@@ -39,6 +39,9 @@ from axengine.errors import (
     code_of,
 )
 from axengine.records import Event, NextHop, NodeState, Snapshot, TaskRecord, TaskStatus
+
+if TYPE_CHECKING:
+    from axengine.codec import EffectRecord
 
 __all__ = [
     "DagDocument",
@@ -163,8 +166,10 @@ def task_from_json(data: Mapping[str, Any]) -> TaskRecord:
     )
 
 
-def node_json(snap: Snapshot, node_type: str) -> dict[str, Any]:
-    """A node snapshot (input and output already resolved from blobs by the caller)."""
+def node_json(snap: Snapshot, node_type: str,
+              effects: Iterable[EffectRecord] = ()) -> dict[str, Any]:
+    """A node snapshot (input and output already resolved from blobs by the caller),
+    with the node's outbox records when the caller read them."""
     return {
         "node_id": snap.node_id, "type": node_type, "state": snap.state.value,
         "attempt": snap.attempt, "fence": snap.fence, "owner": snap.owner,
@@ -180,6 +185,9 @@ def node_json(snap: Snapshot, node_type: str) -> dict[str, Any]:
         "started_at": snap.started_at, "finished_at": snap.finished_at,
         "gate_until": snap.gate_until, "paused_seconds": snap.paused_seconds,
         "checkpoint": snap.checkpoint, "resume": snap.resume,
+        "effects": [{"key": e.key, "state": e.state, "updated_at": e.updated_at,
+                     "result": dict(e.result) if e.result is not None else None}
+                    for e in effects],
     }
 
 

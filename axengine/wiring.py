@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from axengine import tracing
 from axengine.config import AxConfig
 from axengine.credentials import redact_url
 from axengine.engine import Engine, EngineConfig
@@ -71,6 +72,8 @@ def build_runtime(config: AxConfig, *, engine_config: EngineConfig | None = None
         metrics: When given, every store transaction is timed into its
             ``ax_snapshot_write_seconds`` (:meth:`AxMetrics.wrap_store`).
         clock: The engine's time (epoch seconds).
+
+    The engine emits task spans when this process traces (:func:`axengine.tracing.current`).
     """
     store = open_store(config.resolved_store_url)
     if metrics is not None:
@@ -78,4 +81,5 @@ def build_runtime(config: AxConfig, *, engine_config: EngineConfig | None = None
     queue = open_queue(config.queue_url)
     engine = Engine(store=store, queue=queue, blob_dir=config.resolved_blob_dir,
                     prefix=config.prefix, config=engine_config, clock=clock)
+    tracing.current().attach(engine)
     return Runtime(config=config, store=store, queue=queue, engine=engine)

@@ -15,6 +15,7 @@ person — never silently repeated.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -30,6 +31,9 @@ __all__ = [
     "Paused",
     "Success",
     "Unavailable",
+    "attempt_span_id",
+    "task_span_id",
+    "task_trace_id",
 ]
 
 EffectState = Literal["NEW", "SENDING", "DONE", "UNKNOWN"]
@@ -75,6 +79,44 @@ class NodeRequest:
         /v1/callbacks/{key}``): the task, the node and its input revision, so a callback
         for another input of the node is refused."""
         return f"{self.task_id}~{self.node_id}~{self.input_revision}"
+
+    @property
+    def traceparent(self) -> str:
+        """The W3C ``traceparent`` of this attempt, for the requests the handler makes
+        (``http_request``, model calls): the task's trace and this attempt's span, derived
+        from the ids alone, so every process that runs the node sends the same one whether
+        or not it records spans (docs/tracing.md)."""
+        span = attempt_span_id(self.task_id, self.node_id, self.attempt, self.fence)
+        return f"00-{task_trace_id(self.task_id)}-{span}-01"
+
+
+# Trace ids are derived, never stored: the API, every executor and every Job pod compute
+# the same ids from the task and attempt alone (docs/tracing.md). An all-zero id is
+# invalid in W3C trace context; sha256 gives one with probability 2**-64, and the
+# replacement below keeps even that case valid.
+
+
+def _nonzero(digest: bytes) -> str:
+    return digest.hex() if any(digest) else "0" * (2 * len(digest) - 1) + "1"
+
+
+def task_trace_id(task_id: str) -> str:
+    """The trace id of a task: the first 16 bytes of ``sha256(task_id)``, 32 hex digits."""
+    return _nonzero(hashlib.sha256(task_id.encode()).digest()[:16])
+
+
+def task_span_id(task_id: str) -> str:
+    """The span id of a task's span: bytes 16 to 24 of ``sha256(task_id)``, 16 hex
+    digits."""
+    return _nonzero(hashlib.sha256(task_id.encode()).digest()[16:24])
+
+
+def attempt_span_id(task_id: str, node_id: str, attempt: int, fence: int) -> str:
+    """The span id of one node attempt: the first 8 bytes of
+    ``sha256("{task_id}/{node_id}/{attempt}/{fence}")``, 16 hex digits. The fence only
+    grows, so every run of a node has its own."""
+    text = f"{task_id}/{node_id}/{attempt}/{fence}"
+    return _nonzero(hashlib.sha256(text.encode()).digest()[:8])
 
 
 @dataclass(frozen=True)

@@ -68,9 +68,15 @@ def test_local_dags_and_approvals(tmp_path: Path, capsys: pytest.CaptureFixture[
     table = capsys.readouterr().out.splitlines()
     assert table[1].split() == [dag_hash[:12], "inbox_gated", "1"]
 
-    # Decided: the gate leaves the list.
-    assert ax(["approve", task, "review", "--home", home]) == 0
-    capsys.readouterr()
+    # Decided (with edits): the gate leaves the list and passes the edited data on.
+    assert ax(["approve", task, "review", "--home", home, "--data", "{oops"]) == 2
+    assert "--data" in capsys.readouterr().err
+    assert ax(["approve", task, "review", "--home", home, "-m", "fixed",
+               "--data", '{"numbers": "corrected"}']) == 0
+    assert "review approved with edits by" in capsys.readouterr().out
+    assert ax(["tasks", "show", task, "--home", home, "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["nodes"]["review"]["output"]["data"] == {"numbers": "corrected"}
     assert ax(["approvals", "--home", home, "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == []
 

@@ -29,7 +29,7 @@ from axengine.api._quotas import UNLIMITED, Quotas
 from axengine.engine import ClaimResult, Engine, Snapshot, TaskRecord, check_digest, holds
 from axengine.errors import BlobError, InputError, NotFound
 from axengine.metrics import AxMetrics
-from axengine.records import BlobRef, Event, NodeState
+from axengine.records import NO_EDITS, BlobRef, Event, NodeState
 from executors.contract import Failure, Outcome, Paused, Success, Unavailable
 
 __all__ = ["AxServicer", "ExecutorServicer", "add_services"]
@@ -191,8 +191,11 @@ class AxServicer(_Base):
         if decision is None:
             raise InputError("decision must be DECISION_APPROVE or DECISION_REJECT")
         by = who.name if self.auth is not None or not request.by else request.by
+        edits = (ops.parse_json_text(request.data_json, "data_json", empty=None)
+                 if request.HasField("data_json") else NO_EDITS)
         result = await self.engine.decide(request.task_id, request.node_id,
-                                          decision=decision, by=by, comment=request.comment)
+                                          decision=decision, by=by, comment=request.comment,
+                                          data=edits)
         snap, _ = await ops.node_snapshot(self.engine, request.task_id, request.node_id)
         return pb.DecideReply(snapshot=snapshot_pb(snap), repeated=result == "already-done")
 

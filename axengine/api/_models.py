@@ -68,6 +68,15 @@ class SubmitBody(_Strict):
 class DecisionBody(_Strict):
     decision: Literal["approve", "reject"]
     comment: str = Field("", max_length=2000)
+    data: Any = Field(None, description=(
+        "approve only, optional: the data the gate passes on instead of what was reviewed "
+        "(approve-with-edits; the gate's output `data`, recorded as edited)"))
+
+
+class TaskCounts(BaseModel):
+    """``GET /v1/task-counts``."""
+
+    counts: dict[str, int] = Field(description="tasks per status; every status present")
 
 
 class ResumeBody(_Strict):
@@ -107,6 +116,15 @@ class NextHopJson(_Strict):
     taken: bool
 
 
+class EffectJson(_Strict):
+    """A side effect of a node (its outbox record)."""
+
+    key: str = Field(description="the effect's idempotency key")
+    state: Literal["NEW", "SENDING", "DONE", "UNKNOWN"]
+    updated_at: float
+    result: dict[str, Any] | None = Field(description="what the effect returned, once DONE")
+
+
 class NodeJson(_Strict):
     """A node snapshot (``axengine.wire.node_json``); times are UNIX seconds, 0 = unset."""
 
@@ -136,6 +154,9 @@ class NodeJson(_Strict):
     paused_seconds: float
     checkpoint: Any = Field(None, description="what a paused run left for the next run")
     resume: Any = Field(None, description="the data the node was resumed with")
+    effects: list[EffectJson] = Field(
+        default_factory=list, description="the node's outbox records (side effects), "
+        "oldest first; listed by GET /v1/tasks/{task_id} only")
 
 
 class TaskJson(_Strict):

@@ -463,9 +463,11 @@ async def node_snapshot(engine: Engine, task_id: str, node_id: str) -> tuple[Sna
 async def task_view_json(engine: Engine, task_id: str) -> dict[str, Any]:
     """A task with every node, as ``GET /v1/tasks/{id}`` answers."""
     view = await engine.get_task(task_id)
+    effects = await engine.task_effects(task_id)
     body = task_json(view.task)
     body["nodes"] = {
-        nid: node_json(await resolve_input(engine, snap), view.dag.nodes[nid].type)
+        nid: node_json(await resolve_input(engine, snap), view.dag.nodes[nid].type,
+                       effects.get(nid, ()))
         for nid, snap in view.snapshots.items()
     }
     return body

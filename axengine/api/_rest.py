@@ -2,7 +2,7 @@
 
 Requests pass three ASGI layers before routing, outermost first:
 
-1. request counting (``ax_api_requests_total``),
+1. request counting (``ax_api_requests_total``) and the access log,
 2. the body limit: a ``Content-Length`` above the limit is answered 413 before anything
    is read, and a chunked body is counted as it streams,
 3. authentication of ``/v1`` paths (401 before the body is even parsed).
@@ -25,8 +25,18 @@ import asyncio
 import json
 import logging
 import re
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Coroutine
+import secrets
+import time
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Iterable,
+)
 from typing import Annotated, Any
+from urllib.parse import quote
 
 from fastapi import Depends, FastAPI, Header, Query, Request, Security
 from fastapi.exceptions import RequestValidationError
@@ -34,6 +44,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.exceptions import HTTPException
+from starlette.routing import BaseRoute, Match, Mount
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from axengine import limits
@@ -57,15 +68,19 @@ from axengine.api._models import (
     SubmitBody,
     SubmitReply,
     TaskActionReply,
+    TaskCounts,
     TaskPage,
     TaskWithNodes,
     ValidateBody,
     ValidateReply,
 )
 from axengine.api._quotas import UNLIMITED, Quotas
+from axengine.api._ui import SecurityHeadersMiddleware, csrf_refusal, install_ui, session_token
 from axengine.engine import Engine
 from axengine.errors import ERROR_CODES, REST_ONLY_TYPES, AxError, InputError, Unauthorized
+from axengine.logs import log_access
 from axengine.metrics import CONTENT_TYPE_LATEST, AxMetrics
+from axengine.records import NO_EDITS
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "create_app"]
 
@@ -170,23 +185,35 @@ class BodyLimitMiddleware:
 
 
 class AuthMiddleware:
-    """Authenticate every ``/v1`` request; the principal goes into the scope."""
+    """Authenticate every ``/v1`` request (by its ``Authorization`` header, or the web
+    UI's session cookie); the principal goes into the scope. State-changing ``/v1`` and
+    ``/ui`` requests pass the CSRF checks of :func:`axengine.api._ui.csrf_refusal`."""
 
     def __init__(self, app: ASGIApp, auth: Authenticator | None) -> None:
         self.app = app
         self.auth = auth
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"].startswith("/v1/"):
-            if self.auth is None:
-                scope[_PRINCIPAL] = ANONYMOUS
-            else:
-                try:
-                    scope[_PRINCIPAL] = self.auth.authenticate(
-                        _header(scope, b"authorization"))
-                except Unauthorized as exc:
-                    await _send_json(send, 401, error_body(exc), _auth_headers(exc))
-                    return
+        path = scope["path"] if scope["type"] == "http" else ""
+        if path.startswith(("/v1/", "/ui/")):
+            authorization = _header(scope, b"authorization")
+            # A header is sent on purpose; a cookie comes with whatever the page asks.
+            cookie = session_token(scope) if authorization is None and self.auth else None
+            if path.startswith("/v1/"):
+                if self.auth is None:
+                    scope[_PRINCIPAL] = ANONYMOUS
+                else:
+                    try:
+                        scope[_PRINCIPAL] = self.auth.authenticate(
+                            authorization if cookie is None else f"Bearer {cookie}")
+                    except Unauthorized as exc:
+                        await _send_json(send, 401, error_body(exc), _auth_headers(exc))
+                        return
+            refused = csrf_refusal(scope, via_cookie=cookie is not None and
+                                   path != "/ui/login", secret=cookie or "")
+            if refused is not None:
+                await _send_json(send, 403, error_body(refused))
+                return
         await self.app(scope, receive, send)
 
 
@@ -197,7 +224,15 @@ def _auth_headers(exc: Unauthorized) -> dict[str, str]:
 
 
 class RequestCountMiddleware:
-    """Count requests by method, route template and status code."""
+    """Count requests by method, route template and status code, and write the access
+    log (:func:`axengine.logs.log_access`).
+
+    The route is the template of the route the request matches (``/v1/tasks/{task_id}``,
+    ``/docs``, a mount's prefix such as ``/ui/static``), found before the request goes
+    in, so a request refused by a middleware (401, 413) is labelled by its route too.
+    A path no route matches is ``unmatched``: raw paths would make the label set
+    unbounded.
+    """
 
     def __init__(self, app: ASGIApp, metrics: AxMetrics) -> None:
         self.app = app
@@ -208,6 +243,8 @@ class RequestCountMiddleware:
             await self.app(scope, receive, send)
             return
         status = 500
+        started = time.perf_counter()
+        route = self.template(getattr(scope.get("app"), "routes", ()), scope) or "unmatched"
 
         async def tracked(message: Message) -> None:
             nonlocal status
@@ -218,9 +255,40 @@ class RequestCountMiddleware:
         try:
             await self.app(scope, receive, tracked)
         finally:
-            route = scope.get("route")
-            path = getattr(route, "path", None) or "unmatched"
-            self.metrics.requests.labels(scope["method"], path, str(status)).inc()
+            self.metrics.requests.labels(scope["method"], route, str(status)).inc()
+            principal = scope.get(_PRINCIPAL)
+            client = scope.get("client")
+            # The raw path: still percent-encoded, so a %0A cannot forge a log line.
+            raw = scope.get("raw_path")
+            log_access(method=scope["method"],
+                       path=raw.decode("ascii", "replace") if raw else quote(scope["path"]),
+                       route=route, status=status, seconds=time.perf_counter() - started,
+                       client=str(client[0]) if client else "",
+                       principal=principal.name if isinstance(principal, Principal) else "")
+
+    @classmethod
+    def template(cls, routes: Iterable[BaseRoute], scope: Scope) -> str | None:
+        """The path template of the route of ``routes`` that serves ``scope`` as the
+        router would pick it (the first full match, else the first one that matches
+        all but the method), inside mounts; None when none matches."""
+        partial: tuple[BaseRoute, Scope] | None = None
+        for route in routes:
+            if getattr(route, "path", None) is None:
+                continue
+            match, child = route.matches(scope)
+            if match is Match.FULL:
+                return cls._resolve(route, {**scope, **child})
+            if match is Match.PARTIAL and partial is None:
+                partial = (route, {**scope, **child})
+        return cls._resolve(*partial) if partial is not None else None
+
+    @classmethod
+    def _resolve(cls, route: BaseRoute, scope: Scope) -> str:
+        path = str(getattr(route, "path", ""))
+        if isinstance(route, Mount):
+            inner = cls.template(route.routes, scope)  # a static files mount has none
+            return path + inner if inner is not None else path or "/"
+        return path
 
 
 # ---------------------------------------------------------------------------- strict JSON
@@ -442,12 +510,15 @@ def create_app(*, engine: Engine, auth: Authenticator | None, metrics: AxMetrics
     app = FastAPI(
         title="ax API", version="1",
         description="Durable DAG workflow engine for agentic work (see docs/api.md).",
+        # The docs page is served with local assets (axengine/api/_ui.py): no CDN.
+        docs_url=None, redoc_url=None,
     )
     app.router.route_class = _StrictJsonRoute
     _install_error_handlers(app)
     app.add_middleware(AuthMiddleware, auth=auth)
     app.add_middleware(BodyLimitMiddleware, max_bytes=max_body_bytes)
     app.add_middleware(RequestCountMiddleware, metrics=metrics)
+    app.add_middleware(SecurityHeadersMiddleware)
 
     @app.get("/healthz", tags=["ops"], response_model=HealthReply)
     async def healthz() -> Response:
@@ -514,6 +585,13 @@ def create_app(*, engine: Engine, auth: Authenticator | None, metrics: AxMetrics
         return _json_response(200, {"tasks": [ops.task_json(t) for t in tasks],
                                     "next_page_token": token})
 
+    @app.get("/v1/task-counts", tags=["tasks"], response_model=TaskCounts,
+             responses=_ERRORS)
+    async def task_counts(who: Reader) -> Response:
+        """Tasks per status (every status present), counted on the status index."""
+        counts = await engine.task_counts()
+        return _json_response(200, {"counts": {s.value: n for s, n in counts.items()}})
+
     @app.get("/v1/tasks/{task_id}", tags=["tasks"], response_model=TaskWithNodes,
              responses=_ERRORS)
     async def get_task(task_id: str, who: Reader) -> Response:
@@ -556,9 +634,12 @@ def create_app(*, engine: Engine, auth: Authenticator | None, metrics: AxMetrics
               response_model=DecisionReply, responses=_ERRORS)
     async def decide(task_id: str, node_id: str, body: DecisionBody,
                      who: Approver) -> Response:
-        """Approve or reject a paused human gate (recorded with the token's name)."""
+        """Approve or reject a paused human gate (recorded with the token's name).
+        ``data`` with an approval replaces what the gate passes on (its output's
+        ``data``, by default what the approver reviewed): approve-with-edits."""
+        edits = body.data if "data" in body.model_fields_set else NO_EDITS
         result = await engine.decide(task_id, node_id, decision=body.decision, by=who.name,
-                                     comment=body.comment)
+                                     comment=body.comment, data=edits)
         snap, node_type = await ops.node_snapshot(engine, task_id, node_id)
         return _json_response(200, {"result": result, "node": ops.node_json(snap, node_type)})
 
@@ -650,6 +731,7 @@ def create_app(*, engine: Engine, auth: Authenticator | None, metrics: AxMetrics
         """A stored DAG by content hash."""
         return _json_response(200, ops.dag_json(await engine.get_dag(dag_hash)))
 
+    install_ui(app, auth=auth, anonymous_secret=secrets.token_hex(32))
     return app
 
 

@@ -180,7 +180,8 @@ class ApiServer:
             executor = ExecutorSpec(
                 concurrency=options.worker_concurrency, lease_seconds=options.lease_seconds,
                 settings=options.config.handler_settings, poll_timeout=0.2,
-                observe=self.metrics.completed, runners=options.runners,
+                observe=self.metrics.completed, observe_run=self.metrics.node_ran,
+                runners=options.runners,
                 runner=options.runner, fast_share=options.config.worker.fast_share,
                 aging_seconds=options.config.worker.aging_seconds)
         self.process = AxProcess(Shape(
@@ -297,6 +298,7 @@ async def serve(options: ServerOptions, *, stop: asyncio.Event | None = None,
         listening = await server.start()
         if listening.http_url:
             _print(f"http listening on {listening.http_url}")
+            _print(f"web UI {listening.http_url}/ui/ (API docs {listening.http_url}/docs)")
         if listening.grpc_address:
             _print(f"grpc listening on {listening.grpc_address}")
         mode = "no authentication" if options.auth is None else \

@@ -16,6 +16,7 @@ from axengine.cli._remote import add_remote, remote_of, with_client
 from axengine.cli._runtime import with_engine
 from axengine.cli.tasks import refuse_by
 from axengine.errors import AxError, Conflict, InputError, NotFound
+from axengine.records import NO_EDITS
 
 if TYPE_CHECKING:
     from axengine.client import Client
@@ -27,6 +28,10 @@ def register(sub: Any) -> None:
         p.add_argument("task", help="the task id")
         p.add_argument("node", help="the human_gateway node")
         p.add_argument("--comment", "-m", default="", help="recorded with the decision")
+        if decision == "approve":
+            p.add_argument("--data", default=None, metavar="JSON",
+                           help="approve with edits: JSON the gate passes on instead of "
+                           "what was reviewed (recorded as edited)")
         p.add_argument("--by", default=None,
                        help="who decides (default: your user name; with --server the "
                        "token's name is recorded)")
@@ -81,15 +86,18 @@ def _word(decision: str) -> str:
 
 def cmd_decide(args: argparse.Namespace) -> int:
     try:
+        edits = NO_EDITS if getattr(args, "data", None) is None else parse_json_arg(
+            args.data, "--data")
         remote = remote_of(args)
         if remote is not None:
             refuse_by(args)
     except AxError as exc:
         return fail(str(exc))
-    word = _word(args.decision)
+    word = _word(args.decision) + (" with edits" if edits is not NO_EDITS else "")
     if remote is not None:
         def op(client: Client) -> int:
-            result = client.decide(args.task, args.node, args.decision, args.comment)
+            result = client.decide(args.task, args.node, args.decision, args.comment,
+                                   data=edits)
             if result == "already-done":
                 print(f"{args.node} was already {word}")
             else:
@@ -102,7 +110,7 @@ def cmd_decide(args: argparse.Namespace) -> int:
     try:
         result = with_engine(args, lambda e: e.decide(args.task, args.node,
                                                        decision=args.decision, by=by,
-                                                       comment=args.comment))
+                                                       comment=args.comment, data=edits))
     except (NotFound, InputError, Conflict) as exc:
         return fail(str(exc), EXIT_FAILED)
     if result == "already-done":

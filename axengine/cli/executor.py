@@ -1,26 +1,32 @@
 """``ax executor``: run nodes from the Redis queue against an ``ax api`` server.
 
 The process prints one line naming its worker id once it is wired, serves until
-SIGTERM/SIGINT, then shuts down gracefully (see :mod:`axengine.process`).
+SIGTERM/SIGINT, then shuts down gracefully (see :mod:`axengine.process`). With
+``--metrics-address`` (the ``metrics_address`` setting) it serves its own Prometheus
+metrics there and prints ``ax executor: metrics listening on URL`` first; the listener
+closes after the executor has stopped (docs/observability.md).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
+import contextlib
 import os
-import sys
 from typing import Any
 
+from axengine.api import parse_address
 from axengine.cli._common import EXIT_FAILED, EXIT_OK, fail, parse_json_arg
-from axengine.cli.services import LOG_LEVELS, log_level
+from axengine.cli.services import LOG_LEVELS, add_log_format, log_level
 from axengine.config import AxConfig
 from axengine.credentials import read_token_file, redact_url
 from axengine.errors import AxError
+from axengine.logs import configure
+from axengine.metrics import AxMetrics, MetricsServer
 from axengine.process import AxProcess, ExecutorSpec, RemoteApi, Shape, serve
 from axengine.queue import DEFAULT_LANE, FAST_LANE
 from axengine.runners import RUNNER_NAMES, THREAD, make_runners, runner_help
+from axengine.settings import load_settings
 from axengine.worker._process import DEFAULT_GRACE_SECONDS
 
 
@@ -68,6 +74,11 @@ def register(sub: Any) -> None:
                    "'{\"simulate\": {\"latency\": 0.2}}' (see docs/executors.md)")
     p.add_argument("--log-level", default="info", type=log_level, metavar="LEVEL",
                    help=f"{', '.join(LOG_LEVELS)} (any case; default info)")
+    add_log_format(p)
+    p.add_argument("--metrics-address", default=None, metavar="HOST:PORT",
+                   help="serve Prometheus metrics at http://HOST:PORT/metrics, port 0 = "
+                   "any free port, 'off' = none (default: $AX_METRICS_ADDRESS, ax.toml, "
+                   "or none)")
     p.set_defaults(func=cmd_executor)
 
 
@@ -99,11 +110,21 @@ def kube_options(args: argparse.Namespace) -> Any:
                        settings_secret=args.pod_settings_secret)
 
 
+def metrics_server(metrics: AxMetrics, address: str) -> MetricsServer | None:
+    """The listener of ``address`` (``metrics_address``), not started; None when empty."""
+    if not address:
+        return None
+    host, port = parse_address(address, "--metrics-address")
+    return MetricsServer(metrics.registry, host=host, port=port)
+
+
 def cmd_executor(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=args.log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-                        stream=sys.stderr)
+    settings = load_settings(flags={"log_format": args.log_format,
+                                    "metrics_address": args.metrics_address}).settings
+    configure(level=args.log_level, log_format=settings.log_format)
+    metrics = AxMetrics()
     try:
+        listener = metrics_server(metrics, settings.metrics_address)
         if args.concurrency < 1:
             raise AxError("--concurrency must be at least 1")
         if args.lease <= 0 or args.grace < 0:
@@ -115,7 +136,7 @@ def cmd_executor(args: argparse.Namespace) -> int:
         runners = make_runners([args.runner], kube=kube_options(args))
     except AxError as exc:
         return fail(str(exc))
-    configured = AxConfig.from_env()
+    configured = AxConfig.from_settings(settings)
     handler_settings = {**configured.handler_settings, **extra}
     shape = Shape(
         config=AxConfig(queue_url=args.queue), remote=RemoteApi(address=args.api, token=token),
@@ -124,6 +145,7 @@ def cmd_executor(args: argparse.Namespace) -> int:
             worker_id=args.worker_id, concurrency=args.concurrency, lease_seconds=args.lease,
             grace_seconds=args.grace, lanes=tuple(args.lane or (FAST_LANE, DEFAULT_LANE)),
             settings=handler_settings, runners=runners, runner=args.runner,
+            observe=metrics.executed, observe_run=metrics.node_ran,
             fast_share=configured.worker.fast_share,
             aging_seconds=configured.worker.aging_seconds))
 
@@ -133,10 +155,14 @@ def cmd_executor(args: argparse.Namespace) -> int:
               f"api {args.api}, queue {redact_url(args.queue)}, concurrency "
               f"{args.concurrency}, lease {args.lease:g}s, runner {args.runner}", flush=True)
 
-    try:
-        report = asyncio.run(serve(shape, announce=announce))
-    except AxError as exc:
-        return fail(str(exc), EXIT_FAILED)
+    with contextlib.ExitStack() as stack:
+        try:
+            if listener is not None:
+                print(f"ax executor: metrics listening on {listener.start()}", flush=True)
+                stack.callback(listener.close)
+            report = asyncio.run(serve(shape, announce=announce))
+        except AxError as exc:
+            return fail(str(exc), EXIT_FAILED)
     assert report is not None
     how = "graceful" if report.graceful else f"handed back {len(report.handed_back)}"
     if report.released:

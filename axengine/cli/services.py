@@ -8,15 +8,16 @@ spelling, is a hidden alias).
 ``ax server`` is the same API with everything in one process for local use: the
 embedded SQLite store in ``--home``, the in-process queue and an in-process executor.
 ``--no-auth`` is accepted only when every listener is on a loopback address.
+
+Both log to stderr in ``--log-format`` (``text`` or ``json``) and write one access-log
+line per HTTP request unless ``--no-access-log`` (docs/observability.md#logs).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
 import os
-from pathlib import Path
 from typing import Any
 
 from axengine.api import ServerOptions, is_loopback, load_tokens, parse_address, serve
@@ -29,11 +30,13 @@ from axengine.api._quotas import (
 )
 from axengine.api._rest import DEFAULT_MAX_BODY_BYTES
 from axengine.api._server import DEFAULT_GRPC_MAX_MESSAGE
-from axengine.cli._common import EXIT_USAGE, add_home, fail
+from axengine.cli._common import EXIT_USAGE, add_home, fail, flags_of
 from axengine.config import AxConfig
 from axengine.engine import EngineConfig
 from axengine.errors import AxError
+from axengine.logs import LOG_FORMATS, configure
 from axengine.runners import RUNNER_NAMES, THREAD, make_runners, runner_help
+from axengine.settings import AxSettings, load_settings
 
 __all__ = ["register"]
 
@@ -52,6 +55,13 @@ def log_level(value: str) -> str:
         raise argparse.ArgumentTypeError(f"unknown log level {value!r} (use one of "
                                          f"{', '.join(LOG_LEVELS)})")
     return value.lower()
+
+
+def add_log_format(p: argparse.ArgumentParser) -> None:
+    """``--log-format``: the ``log_format`` setting (``AX_LOG_FORMAT``, ax.toml)."""
+    p.add_argument("--log-format", choices=LOG_FORMATS, default=None,
+                   help="log lines on stderr: text, or one JSON object per line "
+                   "(default: $AX_LOG_FORMAT, ax.toml, or text)")
 
 
 def add_no_auth(p: argparse.ArgumentParser, help_text: str) -> None:
@@ -106,6 +116,10 @@ def _common(p: argparse.ArgumentParser, *, http: str, grpc: str, interval: float
                    help="accept (with a warning) a tokens file group or others can access")
     p.add_argument("--log-level", default="warning", type=log_level, metavar="LEVEL",
                    help=f"{', '.join(LOG_LEVELS)} (any case; default warning)")
+    add_log_format(p)
+    p.add_argument("--access-log", action=argparse.BooleanOptionalAction, default=None,
+                   help="one INFO line per HTTP request, whatever --log-level is "
+                   "(default: $AX_ACCESS_LOG, ax.toml, or on)")
     add_home(p)
 
 
@@ -133,10 +147,10 @@ def register(sub: Any) -> None:
     server.set_defaults(func=cmd_server)
 
 
-def _config(args: argparse.Namespace) -> AxConfig:
-    return AxConfig.from_env(
-        home=args.home, store_url=args.store, queue_url=args.queue,
-        blob_dir=Path(args.blobs) if args.blobs else None, prefix=args.prefix)
+def _settings(args: argparse.Namespace) -> AxSettings:
+    """The settings layer with this command's options as flags."""
+    return load_settings(flags={**flags_of(args), "log_format": args.log_format,
+                                "access_log": args.access_log}).settings
 
 
 def _auth(args: argparse.Namespace, no_auth: bool, flag: str) -> Authenticator | None:
@@ -151,7 +165,7 @@ def _auth(args: argparse.Namespace, no_auth: bool, flag: str) -> Authenticator |
     return None
 
 
-def _options(args: argparse.Namespace, **extra: Any) -> ServerOptions:
+def _options(args: argparse.Namespace, settings: AxSettings, **extra: Any) -> ServerOptions:
     if args.max_body_bytes <= 0:
         raise AxError("--max-body-bytes must be positive")
     if args.grpc_max_message_bytes <= 0:
@@ -171,7 +185,8 @@ def _options(args: argparse.Namespace, **extra: Any) -> ServerOptions:
     quotas = Quotas(max_node_timeout=args.max_node_timeout,
                     max_deadline=args.max_task_deadline,
                     max_active_tasks=args.max_active_tasks_per_principal)
-    return ServerOptions(config=_config(args), http=http, grpc=grpc, quotas=quotas,
+    return ServerOptions(config=AxConfig.from_settings(settings), http=http, grpc=grpc,
+                         quotas=quotas,
                          engine_config=EngineConfig(four_eyes=args.four_eyes),
                          max_body_bytes=args.max_body_bytes,
                          grpc_max_message_bytes=args.grpc_max_message_bytes,
@@ -179,21 +194,22 @@ def _options(args: argparse.Namespace, **extra: Any) -> ServerOptions:
                          shutdown_grace=args.shutdown_grace, **extra)
 
 
-def _run(options: ServerOptions, log_level: str) -> int:
-    logging.basicConfig(level=log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+def _run(options: ServerOptions, log_level: str, settings: AxSettings) -> int:
+    configure(level=log_level, log_format=settings.log_format,
+              access_log=settings.access_log)
     return asyncio.run(serve(options))
 
 
 def cmd_api(args: argparse.Namespace) -> int:
     """``ax api``."""
     try:
+        settings = _settings(args)
         auth = _auth(args, args.no_auth, "--no-auth")
-        options = _options(args, auth=auth, role="api")
+        options = _options(args, settings, auth=auth, role="api")
         if options.config.queue_url.startswith("memory"):
             print("ax: warning: the in-process queue (memory://) is invisible to executors "
                   "in other processes; use --queue redis://... or `ax server`", flush=True)
-        return _run(options, args.log_level)
+        return _run(options, args.log_level, settings)
     except AxError as exc:
         return fail(str(exc), EXIT_USAGE)
 
@@ -201,8 +217,9 @@ def cmd_api(args: argparse.Namespace) -> int:
 def cmd_server(args: argparse.Namespace) -> int:
     """``ax server``."""
     try:
+        settings = _settings(args)
         auth = _auth(args, args.no_auth, "--no-auth")
-        options = _options(args, auth=auth, role="server", run_worker=True,
+        options = _options(args, settings, auth=auth, role="server", run_worker=True,
                            worker_concurrency=args.concurrency, runner=args.runner,
                            runners=make_runners([args.runner]))
         if auth is None:
@@ -211,6 +228,6 @@ def cmd_server(args: argparse.Namespace) -> int:
                     raise AxError(f"--no-auth serves only loopback addresses, not {value}; "
                                   "give --tokens FILE to listen on the network")
         os.makedirs(options.config.home, exist_ok=True)
-        return _run(options, args.log_level)
+        return _run(options, args.log_level, settings)
     except AxError as exc:
         return fail(str(exc), EXIT_USAGE)

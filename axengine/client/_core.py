@@ -36,7 +36,7 @@ import httpx
 
 from axengine import wire
 from axengine.errors import ApiUnavailable, AxError, InputError
-from axengine.records import Event, TaskRecord, TaskStatus
+from axengine.records import NO_EDITS, Event, TaskRecord, TaskStatus
 from axengine.wire import RunResult
 
 if TYPE_CHECKING:
@@ -80,6 +80,7 @@ _EVENTS_PAGE = 1000
 #: Bound of the paging loop (ten million events: far more than a task has).
 _MAX_EVENT_PAGES = 10_000
 _FINAL = frozenset(s.value for s in TaskStatus if s.final)
+
 
 #: A DAG given to ``submit``: a file path, a :class:`~axengine.dag.Dag`, a parsed
 #: mapping or the YAML text itself.
@@ -564,16 +565,23 @@ class Core:
                                      deadline_seconds=deadline_seconds)
         return (yield from self.wait(sub.task_id, timeout, decide=decide, on_event=on_event))
 
-    def decide(self, task_id: str, node: str, decision: str, comment: str = "") -> Op[str]:
-        """Approve or reject a waiting gate: ``committed`` or ``already-done``."""
-        data = yield from self.call("POST", f"/v1/tasks/{task_id}/nodes/{node}/decision",
-                                    body={"decision": decision, "comment": comment},
-                                    idempotent=True)
-        return str(data["result"])
+    def decide(self, task_id: str, node: str, decision: str, comment: str = "", *,
+               data: Any = NO_EDITS) -> Op[str]:
+        """Approve or reject a waiting gate: ``committed`` or ``already-done``. ``data``
+        (approve only) is approve-with-edits: what the gate passes on instead of what
+        was reviewed."""
+        body: dict[str, Any] = {"decision": decision, "comment": comment}
+        if data is not NO_EDITS:
+            body["data"] = data
+        reply = yield from self.call("POST", f"/v1/tasks/{task_id}/nodes/{node}/decision",
+                                     body=body, idempotent=True)
+        return str(reply["result"])
 
-    def approve(self, task_id: str, node: str, comment: str = "") -> Op[str]:
-        """Approve a waiting gate (:meth:`decide` with ``approve``)."""
-        return self.decide(task_id, node, "approve", comment)
+    def approve(self, task_id: str, node: str, comment: str = "", *,
+                data: Any = NO_EDITS) -> Op[str]:
+        """Approve a waiting gate (:meth:`decide` with ``approve``); ``data``: with
+        edits."""
+        return self.decide(task_id, node, "approve", comment, data=data)
 
     def reject(self, task_id: str, node: str, comment: str = "") -> Op[str]:
         """Reject a waiting gate (:meth:`decide` with ``reject``)."""

@@ -338,6 +338,13 @@ class EngineReads:
         active-by-principal index (reads at most ``cap`` keys, whatever the store holds)."""
         return len(await self._store.range(self._keys.active_by(principal), limit=cap))
 
+    async def task_counts(self) -> dict[TaskStatus, int]:
+        """Tasks per status, counted on the status index (count-only reads: no record
+        is fetched, whatever the store holds)."""
+        counts = await asyncio.gather(*(self._store.count(self._keys.by_status(s.value))
+                                        for s in TaskStatus))
+        return dict(zip(TaskStatus, counts, strict=True))
+
     async def unfinished_tasks(self) -> list[TaskRecord]:
         """Every task not in a final status, from the status index (finished tasks are
         never read)."""

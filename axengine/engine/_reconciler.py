@@ -89,6 +89,10 @@ class Reconciler:
             held = record["owner"] != self.owner and record["until"] > now
             if held and not owner_is_dead(record["owner"]):
                 return False
+            if record["owner"] == self.owner and record["until"] - now > self.leader_ttl / 2:
+                # Ours for a while yet: renew at half-life, not on every pass (a write
+                # per pass is store traffic for nothing).
+                return True
         value = json.dumps({"owner": self.owner, "until": now + self.leader_ttl}).encode()
         result = await store.txn([Mod(key) == (kv.mod_revision if kv else 0)], [Put(key, value)])
         return result.succeeded

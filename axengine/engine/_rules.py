@@ -33,6 +33,7 @@ from axengine.errors import Conflict, Forbidden, InputError, TemplateError
 from axengine.limits import canonical_json
 from axengine.records import (
     FINAL_STATES,
+    NO_EDITS,
     Event,
     NextHop,
     NodeState,
@@ -45,6 +46,7 @@ from executors.contract import Failure, Outcome, Paused, Success, Unavailable
 __all__ = [
     "DECIDED_STATES",
     "GATE_TIMEOUT_ACTOR",
+    "NO_EDITS",
     "Plan",
     "RuleConfig",
     "backoff_delay",
@@ -855,8 +857,15 @@ def four_eyes_violation(node: Node, task_submitted_by: str, by: str, *,
 
 
 def plan_decide(view: View, node_id: str, *, decision: str, by: str, comment: str,
-                now: float, ids: EventIds, four_eyes: bool = False) -> Plan:
+                now: float, ids: EventIds, four_eyes: bool = False,
+                data: Any = NO_EDITS) -> Plan:
     """Record a human decision on a paused gate and route on it.
+
+    The gate's output is the decision record (``decision``, ``by``, ``at``, ``comment``)
+    and ``data``: what the approver reviewed (the gate's rendered ``input``), or, for an
+    approval with edits, the data the approver corrected — what the next nodes read as
+    ``nodes.<gate>.output.data``. The record says ``edited: true`` then, and the
+    ``decided`` event names the edit.
 
     Raises:
         Forbidden: The four-eyes rule applies and ``by`` submitted the task
@@ -865,6 +874,9 @@ def plan_decide(view: View, node_id: str, *, decision: str, by: str, comment: st
     """
     if decision not in ("approve", "reject"):
         raise InputError(f"decision must be 'approve' or 'reject', not {decision!r}")
+    edited = data is not NO_EDITS
+    if edited and decision != "approve":
+        raise InputError("edits go with an approval: a rejection passes no data on")
     node = view.dag.nodes.get(node_id)
     if node is None:
         raise InputError(f"task has no node {node_id!r}")
@@ -883,9 +895,14 @@ def plan_decide(view: View, node_id: str, *, decision: str, by: str, comment: st
         )
     if snap.state is not NodeState.PAUSED:
         raise Conflict(f"gate {node_id!r} is {snap.state.value}, not waiting for a decision")
+    rendered = view.node_input(node_id)  # {"input": ..., "description": ...}
+    reviewed = rendered.get("input") if isinstance(rendered, Mapping) else None
     b = _builder(view, now, ids, by)
-    record = {"decision": decision, "by": by, "at": now, "comment": comment[:2000]}
-    output = dict(record)
+    record: dict[str, Any] = {"decision": decision, "by": by, "at": now,
+                              "comment": comment[:2000]}
+    if edited:
+        record["edited"] = True
+    output = {**record, "data": data if edited else reviewed}
     try:
         hops = b.decide_edges(node, output, decision)
     except TemplateError as exc:
@@ -898,7 +915,8 @@ def plan_decide(view: View, node_id: str, *, decision: str, by: str, comment: st
         attempt=max(snap.attempt, 1),
     )
     b.write(done)
-    b.event("decided", done, f"{decision} by {by}" + (f": {comment}" if comment else ""))
+    what = "approve with edits" if edited else decision
+    b.event("decided", done, f"{what} by {by}" + (f": {comment}" if comment else ""))
     b.settle(decided=[node_id])
     return b.plan
 

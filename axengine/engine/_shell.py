@@ -48,7 +48,7 @@ from axengine.keys import StoreKeys
 from axengine.limits import MAX_CHECKPOINT_BYTES, canonical_json, check_json_value
 from axengine.owners import LOCAL_PRINCIPAL
 from axengine.queue import WorkItem, WorkQueue
-from axengine.records import Event, Snapshot, TaskRecord, TaskStatus
+from axengine.records import NO_EDITS, Event, Snapshot, TaskRecord, TaskStatus
 from axengine.store import (
     Compare,
     Delete,
@@ -174,6 +174,10 @@ class Engine(EngineReads):
             ref = view.snaps[nid].output_ref
             assert ref is not None
             view.outputs[nid] = await self.blob_json(ref)
+        for nid in sorted(need.inputs):
+            ref = view.snaps[nid].input_ref
+            assert ref is not None
+            view.inputs[nid] = await self.blob_json(ref)
         if need.task_input:
             assert view.task.input_ref is not None
             view.task_input = await self.blob_json(view.task.input_ref)
@@ -506,11 +510,12 @@ class Engine(EngineReads):
         return plan.result
 
     async def decide(self, task_id: str, node_id: str, *, decision: str, by: str,
-                     comment: str = "") -> str:
-        """Approve or reject a paused gate: ``committed`` or ``already-done``."""
+                     comment: str = "", data: Any = NO_EDITS) -> str:
+        """Approve or reject a paused gate: ``committed`` or ``already-done``. ``data``
+        (an approval only) replaces what the gate passes on: approve-with-edits."""
         plan, _ = await self._apply(task_id, lambda v: rules.plan_decide(
             v, node_id, decision=decision, by=by, comment=comment, now=self.clock(),
-            four_eyes=self.config.four_eyes,
+            four_eyes=self.config.four_eyes, data=data,
             ids=self._ids()), preload=())
         return plan.result
 
@@ -596,8 +601,10 @@ class Engine(EngineReads):
             assert skv is not None  # a write is only decided for the node's holder
             compares = [Mod(skey) == skv.mod_revision,
                         Mod(ekey) == (ekv.mod_revision if ekv is not None else 0)]
-            if (await self._store.txn(compares, [Put(ekey, codec.encode_effect(write))])
-                    ).succeeded:
+            ops: list[Op] = [Put(ekey, codec.encode_effect(write))]
+            if ekv is None:  # a new record enters its node's index (the UI lists them)
+                ops.append(Put(self._keys.effect_entry(task_id, node_id, key), key.encode()))
+            if (await self._store.txn(compares, ops)).succeeded:
                 return answer
         raise StoreError(f"effect {key}: gave up after {MAX_CAS_RETRIES} conflicting writes")
 
@@ -605,6 +612,18 @@ class Engine(EngineReads):
         """The outbox record of ``key``, or None when nothing was begun under it."""
         kv = await self._store.get(self._keys.effect(key))
         return codec.decode_effect(kv.value) if kv else None
+
+    async def task_effects(self, task_id: str) -> dict[str, list[codec.EffectRecord]]:
+        """The outbox records of a task's nodes, by node id (from the effect index: two
+        reads whatever the store holds)."""
+        entries = await self._store.range(self._keys.effects_of(task_id))
+        found = await self._store.get_many([self._keys.effect(kv.value.decode())
+                                            for kv in entries])
+        out: dict[str, list[codec.EffectRecord]] = {}
+        for kv in sorted(found.values(), key=lambda kv: kv.create_revision):
+            record = codec.decode_effect(kv.value)
+            out.setdefault(record.node_id, []).append(record)
+        return out
 
     # ------------------------------------------------------------------ fixtures
 

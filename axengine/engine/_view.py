@@ -25,10 +25,13 @@ class Need(Exception):
 
     def __init__(self, *, nodes: Iterable[str] = (), outputs: Iterable[str] = (),
                  task_input: bool = False, ramps: Iterable[str] = (),
-                 durations: Iterable[str] = (), depths: Iterable[str] = ()) -> None:
+                 durations: Iterable[str] = (), depths: Iterable[str] = (),
+                 inputs: Iterable[str] = ()) -> None:
         super().__init__("need more state")
         self.nodes = frozenset(nodes)
         self.outputs = frozenset(outputs)
+        #: Nodes whose rendered input lives in the blob store and is needed.
+        self.inputs = frozenset(inputs)
         self.task_input = task_input
         self.ramps = frozenset(ramps)
         #: Nodes whose recorded run durations are needed (``timeout_policy``).
@@ -48,6 +51,7 @@ class View:
     snaps: dict[str, Snapshot] = field(default_factory=dict)
     revs: dict[str, int] = field(default_factory=dict)
     outputs: dict[str, Any] = field(default_factory=dict)
+    inputs: dict[str, Any] = field(default_factory=dict)
     task_input: Any = None
     task_input_loaded: bool = False
     #: Loaded ramps by dependency (None: no ramp) and their ``mod_revision`` (0: none).
@@ -77,6 +81,16 @@ class View:
         if node_id not in self.outputs:
             raise Need(outputs=(node_id,))
         return self.outputs[node_id]
+
+    def node_input(self, node_id: str) -> Any:
+        """The rendered input of a node, loading it from the blob store when it lives
+        there."""
+        snap = self.snap(node_id)
+        if snap.input_ref is None:
+            return snap.input
+        if node_id not in self.inputs:
+            raise Need(inputs=(node_id,))
+        return self.inputs[node_id]
 
     def ramp(self, dependency: str) -> Ramp | None:
         """The dependency's ramp, or None when it has none (no recent outage)."""

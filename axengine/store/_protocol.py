@@ -193,6 +193,10 @@ class StateStore(Protocol):
         """
         ...
 
+    async def count(self, prefix: str) -> int:
+        """How many keys start with ``prefix``, without reading their values."""
+        ...
+
     async def txn(
         self,
         compares: Sequence[Compare],
@@ -239,6 +243,9 @@ class StoreWrapper:
     async def range(self, prefix: str, *, start_after: str | None = None,
                     limit: int = 0) -> list[KeyValue]:
         return await self.inner.range(prefix, start_after=start_after, limit=limit)
+
+    async def count(self, prefix: str) -> int:
+        return await self.inner.count(prefix)
 
     async def txn(self, compares: Sequence[Compare], success: Sequence[Op],
                   failure: Sequence[Op] = ()) -> TxnResult:

@@ -463,6 +463,13 @@ class SqliteStore:
         rows = self._read(lambda conn: self._range_rows(conn, lo, hi, limit or -1))
         return [_kv(row) for row in rows]
 
+    async def count(self, prefix: str) -> int:
+        """How many keys start with ``prefix`` (counted on the key index)."""
+        lo, hi = _key_range(prefix)
+        found: int = self._read(lambda conn: conn.execute(
+            "SELECT COUNT(*) FROM ax_kv WHERE key >= ? AND key < ?", (lo, hi)).fetchone()[0])
+        return found
+
     async def revision(self) -> int:
         """Return the current store revision."""
         revision: int = self._read(lambda conn: self._meta(conn)[0])

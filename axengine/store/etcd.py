@@ -508,6 +508,14 @@ class EtcdStore:
         )
         return [_kv(msg) for msg in response.kvs]
 
+    async def count(self, prefix: str) -> int:
+        """How many keys start with ``prefix`` (a count-only range: no key or value is
+        sent back)."""
+        start, end = _span(prefix, True)
+        response = await self._unary(
+            "Range", rpc.RangeRequest(key=start, range_end=end, count_only=True))
+        return int(response.count)
+
     async def revision(self) -> int:
         """Return the current store revision."""
         # An empty transaction reads no key, so it needs no permission: a user granted

@@ -236,6 +236,8 @@ class Executor:
         fast_share: Share of ``concurrency`` the fast lane may occupy at once.
         aging_seconds: Wait after which an item is popped before every lane and
             priority; None: never.
+        observe_run: Told the request and the seconds of every run of a handler
+            (metrics; see :class:`Worker`).
     """
 
     def __init__(
@@ -257,9 +259,11 @@ class Executor:
         runner: str = THREAD,
         fast_share: float = DEFAULT_FAST_SHARE,
         aging_seconds: float | None = DEFAULT_AGING_SECONDS,
+        observe_run: Callable[[NodeRequest, float], None] | None = None,
     ) -> None:
         self.fast_share = fast_share
         self.aging_seconds = aging_seconds
+        self.observe_run = observe_run
         self.engine = engine
         self.queue = queue
         self.worker_id = worker_id or host_pid_owner("w")
@@ -321,7 +325,8 @@ class Executor:
                       lease_seconds=self.lease_seconds, settings=self.settings,
                       lanes=self.lanes, poll_timeout=self.poll_timeout, clock=self.clock,
                       runners=self.runners, runner=self.runner,
-                      fast_share=self.fast_share, aging_seconds=self.aging_seconds)
+                      fast_share=self.fast_share, aging_seconds=self.aging_seconds,
+                      observe_run=self.observe_run)
 
     async def _serve(self, stop: asyncio.Event) -> None:
         failures = 0

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from axengine import faults
+from axengine import faults, tracing
 from axengine.activity import Activity, ActivityMeter, ActivitySample
 from axengine.clock import SYSTEM, Clock, sleep
 from axengine.errors import AxError
@@ -115,6 +115,8 @@ class Worker:
             executor reaches runs through it to hand them back or release them).
         on_end: Told of a run that ends without this worker completing it (fenced out,
             or its outcome reported by the run itself).
+        observe_run: Told the request and the seconds (``clock``) of every run whose
+            runner returned, whatever the outcome (metrics).
     """
 
     def __init__(
@@ -136,6 +138,7 @@ class Worker:
         on_end: Callable[[RunContext], None] | None = None,
         fast_share: float = DEFAULT_FAST_SHARE,
         aging_seconds: float | None = DEFAULT_AGING_SECONDS,
+        observe_run: Callable[[NodeRequest, float], None] | None = None,
     ) -> None:
         if not 0 < fast_share <= 1:
             raise ValueError(f"fast_share must be in (0, 1], got {fast_share}")
@@ -144,6 +147,7 @@ class Worker:
         self.engine = engine
         self.on_run = on_run
         self.on_end = on_end
+        self.observe_run = observe_run
         self.queue = queue
         self.handler = handler
         self.worker_id = worker_id or host_pid_owner("w")
@@ -168,6 +172,8 @@ class Worker:
         self.runner = runner
         self._active: set[asyncio.Task[None]] = set()
         self.processed = 0
+        #: Emits a span per node attempt when this process traces (docs/tracing.md).
+        self.tracing = tracing.current()
 
     async def run(self, stop: asyncio.Event) -> None:
         """Serve until ``stop`` is set, then finish the runs in flight.
@@ -240,7 +246,9 @@ class Worker:
                          settings=settings_for(self.settings, claim.submitted_by),
                          clock=self.clock)
         ctx.timeout_grace, ctx.timeout_cap = claim.timeout_grace, claim.timeout_cap
-        outcome = await self._run(request, ctx, claim.timeout)
+        with self.tracing.attempt(request) as span:
+            outcome = await self._run(request, ctx, claim.timeout)
+            span.outcome(outcome, stale=ctx.stale)
         if ctx.stale or isinstance(outcome, Reported):
             # Fenced out: nothing to commit. Reported: the run committed its own
             # outcome through the API under its fence (or goes on without us).
@@ -270,12 +278,16 @@ class Worker:
         if ctx.cancelled:
             return stopped(ctx)  # stopped before it started: it never starts
         beats = asyncio.create_task(self._heartbeats(ctx, runner))
+        started = self.clock.monotonic()
         try:
-            return await runner.run(request, ctx, timeout=timeout)
+            outcome = await runner.run(request, ctx, timeout=timeout)
         finally:
             beats.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await beats
+        if self.observe_run is not None:
+            self.observe_run(request, self.clock.monotonic() - started)
+        return outcome
 
     async def _heartbeats(self, ctx: RunContext, runner: Runner) -> None:
         req = ctx.request

@@ -173,7 +173,9 @@ def default_provider(request: NodeRequest, ctx: NodeContext) -> Provider:
     return RoutingProvider(
         config,
         simulated=SimulatedProvider(knobs=knobs, attempt=request.attempt, keepalive=keepalive),
-        openai=HeartbeatingProvider(OpenAICompatibleProvider(config=config), keepalive),
+        # The attempt's trace context goes with every model call (docs/tracing.md).
+        openai=HeartbeatingProvider(OpenAICompatibleProvider(
+            config=config, headers={"traceparent": request.traceparent}), keepalive),
     )
 
 

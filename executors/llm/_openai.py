@@ -36,6 +36,7 @@ if TYPE_CHECKING:  # imported on first use: it costs ~0.3 s, and most runs never
 from executors.llm._config import LlmConfigError, LlmSettings, Route, llm_settings
 from executors.llm._prompt import asks_for_json, split_prompt
 from executors.llm._provider import Completion, ProviderError, ProviderUnavailable
+from executors.metrics import observe_llm_request
 
 __all__ = ["DEFAULT_OPENAI_URL", "OpenAICompatibleProvider", "retry_after_seconds"]
 
@@ -55,13 +56,18 @@ class OpenAICompatibleProvider:
     Args:
         config: The ``llm`` configuration (None: resolved from each call's settings).
         env: Environment for key and URL fallbacks (None: ``os.environ``).
+        headers: Sent with every call besides the route's own (the node attempt's W3C
+            ``traceparent``: :func:`executors.llm.default_provider` builds one provider
+            per attempt).
     """
 
     def __init__(
-        self, *, config: LlmSettings | None = None, env: Mapping[str, str] | None = None
+        self, *, config: LlmSettings | None = None, env: Mapping[str, str] | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         self._config = config
         self._env = env
+        self._headers = dict(headers or {})
 
     def complete(
         self,
@@ -88,13 +94,17 @@ class OpenAICompatibleProvider:
         extra: dict[str, Any] = {}
         if max_tokens is not None:
             extra["max_tokens"] = max_tokens
+        headers: dict[str, Any] = dict(self._headers)
         if route.api_key is None:
             # No key configured (a local server without auth): send no Authorization
             # header rather than a made-up bearer token.
-            extra["extra_headers"] = {"Authorization": openai.Omit()}
+            headers["Authorization"] = openai.Omit()
+        if headers:
+            extra["extra_headers"] = headers
         if config.json_mode == "auto" and asks_for_json(split_prompt(prompt)[0]):
             extra["response_format"] = {"type": "json_object"}
         client = _client(route)
+        started = time.monotonic()
         try:
             response = client.chat.completions.create(
                 model=model, messages=messages,  # type: ignore[arg-type]
@@ -111,6 +121,8 @@ class OpenAICompatibleProvider:
             raise ProviderError(
                 f"model {model!r} endpoint {url}: {_redact(str(exc), route)}", retryable=True
             ) from None
+        finally:
+            observe_llm_request(model, time.monotonic() - started)
         return _completion(response, route)
 
 

@@ -15,6 +15,8 @@ Connection errors, timeouts and 5xx are retryable failures.
 
 Requests other than GET/HEAD/OPTIONS carry ``Idempotency-Key: http:{task}:{node}:{input
 revision}`` so a server that honours the header sees a retried call as the same call.
+Every request carries the attempt's W3C ``traceparent`` (docs/tracing.md) unless the
+input's headers set one.
 
 Settings: the policy's (``trust``, ``egress_allowed_hosts``, ``egress_private_allowed``,
 also under ``tool_policy.http_request``), ``http_max_bytes`` (response bound, default
@@ -111,6 +113,10 @@ def _build(
     if not isinstance(headers, Mapping):
         raise _BadInput("'headers' must be a mapping of names to values")
     headers = {str(k): str(v) for k, v in headers.items()}
+    # W3C trace context: the destination's spans join the task's trace under this
+    # attempt (docs/tracing.md). A traceparent the DAG sets itself is kept.
+    if not any(name.lower() == "traceparent" for name in headers):
+        headers["traceparent"] = request.traceparent
     data = None
     if "json" in spec:
         data = json.dumps(spec["json"]).encode()

@@ -248,11 +248,17 @@ def test_ax_service_operations(api_server: ServerFactory, stubs_for: Any) -> Non
                                         decision=pb.DECISION_APPROVE)
             assert code_of(ax.Decide, not_gate, metadata=TOKEN["approve"]) == \
                 grpc.StatusCode.INVALID_ARGUMENT
+            edits = pb.DecideRequest(task_id=task_id, node_id="review",
+                                     decision=pb.DECISION_REJECT, data_json="{}")
+            assert code_of(ax.Decide, edits, metadata=TOKEN["approve"]) == \
+                grpc.StatusCode.INVALID_ARGUMENT  # edits go with an approval
             decided = ax.Decide(pb.DecideRequest(task_id=task_id, node_id="review",
-                                                 decision=pb.DECISION_APPROVE, by="mallory"),
+                                                 decision=pb.DECISION_APPROVE, by="mallory",
+                                                 data_json='{"text": "edited"}'),
                                 metadata=TOKEN["approve"])
             assert not decided.repeated
             assert json.loads(decided.snapshot.decision_json)["by"] == "approver"
+            assert json.loads(decided.snapshot.output_json)["data"] == {"text": "edited"}
             again = ax.Decide(pb.DecideRequest(task_id=task_id, node_id="review",
                                                decision=pb.DECISION_APPROVE),
                               metadata=TOKEN["approve"])

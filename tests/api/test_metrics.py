@@ -77,7 +77,7 @@ def test_events_are_counted_by_node_type(tmp_path: Path) -> None:
     assert sample(m, "ax_snapshot_write_seconds_count", result="committed") >= 1
     # Node a is WAITING in the in-process queue since the submit.
     assert sample(m, "ax_queue_depth", lane="default") == 1
-    assert sample(m, "ax_oldest_waiting_seconds") > 0
+    assert sample(m, "ax_oldest_waiting_seconds", lane="default") > 0
     assert b"ax_node_outcomes_total" in generate_latest(m.registry)
 
 
@@ -97,7 +97,7 @@ def test_scrape_reports_waiting_work(api_server: ServerFactory) -> None:
     text = handle.client(None).get("/metrics").text
     assert 'ax_queue_depth{lane="default"} 3.0' in text
     oldest = next(line for line in text.splitlines()
-                  if line.startswith("ax_oldest_waiting_seconds "))
+                  if line.startswith('ax_oldest_waiting_seconds{lane="default"} '))
     assert float(oldest.split()[1]) > 0
     assert 'ax_api_requests_total{code="201",method="POST",route="/v1/tasks"} 3.0' in text
 

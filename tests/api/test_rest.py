@@ -63,6 +63,12 @@ def test_financial_dag_completes_through_server_wiring(api_server: ServerFactory
     assert label in ("high_risk", "medium_risk", "low_risk")
     taken = [h["target"] for h in nodes["assess_risk"]["next_hops"] if h["taken"]]
     assert len(taken) == 1 and nodes[taken[0]]["state"] in ("SUCCEEDED", "PAUSED")
+    # The email went through the outbox: its record is listed with its node, only there.
+    sent = nodes[taken[0]]["effects"]
+    assert [(e["state"], e["key"]) for e in sent] == [
+        ("DONE", f"email:{task['task_id']}:{taken[0]}:{sent[0]['key'].split(':')[-1]}")]
+    assert sent[0]["result"] is not None
+    assert [n for n, v in nodes.items() if v["effects"]] == [taken[0]]
     assert nodes["send_alert"]["state"] == "SKIPPED"
     assert nodes["log_completion"]["state"] == "SUCCEEDED"
     assert task["labels"] == {"team": "risk"}
@@ -217,7 +223,8 @@ def test_submit_by_hash_cancel_and_retry(api_server: ServerFactory) -> None:
 
 
 def test_validate_reports_problems_and_stores_nothing(api_server: ServerFactory) -> None:
-    handle = api_server("embedded", worker=False)
+    # No reconciler pass in between: a pass may renew its leadership, moving the revision.
+    handle = api_server("embedded", worker=False, reconcile_interval=3600.0)
     client = handle.client("submit")
     revision = handle.revision()
     good = client.post("/v1/dags/validate", json={"dag_yaml": GATE_YAML})

@@ -39,7 +39,7 @@ from axengine.engine._rules import (
     task_clock,
 )
 from axengine.engine._view import Need, View
-from axengine.records import Event, NodeState, Snapshot, TaskRecord, TaskStatus
+from axengine.records import NO_EDITS, Event, NodeState, Snapshot, TaskRecord, TaskStatus
 from executors.contract import Outcome
 
 __all__ = ["T0", "TOOLS", "Rule", "World", "load", "recount"]
@@ -236,10 +236,11 @@ class World:
                         preload=(node_id,))
 
     def decide_gate(self, node_id: str, decision: str, *, now: float, by: str = "bob",
-                    comment: str = "", four_eyes: bool = False) -> Plan:
+                    comment: str = "", four_eyes: bool = False,
+                    data: Any = NO_EDITS) -> Plan:
         return self.run(lambda v: plan_decide(v, node_id, decision=decision, by=by,
                                               comment=comment, now=now, ids=self.ids(),
-                                              four_eyes=four_eyes))
+                                              four_eyes=four_eyes, data=data))
 
     def resume(self, node_id: str, *, now: float, data: Any = None, by: str = "vendor",
                input_revision: str = "") -> Plan:

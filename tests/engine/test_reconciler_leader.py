@@ -43,3 +43,27 @@ def test_resign_leaves_a_record_someone_else_holds(
         return await other.elect()
 
     assert not run(main())
+
+
+def test_a_leader_renews_at_half_life_not_on_every_pass(
+        make_engine: Callable[..., Engine], clock: FakeClock) -> None:
+    engine = make_engine()
+
+    async def main() -> list[int]:
+        leader = Reconciler(engine, owner="leader", leader_ttl=10)
+        other = Reconciler(engine, owner="other", leader_ttl=10)
+        revisions = []
+        for step in (0.0, 1.0, 3.0, 1.5, 0.1, 4.0):  # seconds between elections
+            clock.advance(step)
+            assert await leader.elect()
+            assert not await other.elect()
+            revisions.append(await engine.revision())
+        return revisions
+
+    revisions = run(main())
+    # TTL 10 s: written at t=0 (until 10); kept at t=1 and t=4 (9 s and 6 s left);
+    # renewed at t=5.5 (4.5 s left, under half); kept at t=5.6 and t=9.6 (until 15.5).
+    first = revisions[0]
+    assert revisions[1] == revisions[2] == first
+    assert revisions[3] > first
+    assert revisions[4] == revisions[5] == revisions[3]

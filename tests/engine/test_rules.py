@@ -661,6 +661,30 @@ def test_a_gate_pauses_the_task_until_someone_decides() -> None:
     assert world.claim("g", now=at(3)).result == "not-claimable"
 
 
+def test_an_approval_with_edits_passes_the_corrected_data_on() -> None:
+    world = gate_world()
+    edits = {"input": "report v2", "note": None}
+    plan = world.decide_gate("g", "approve", now=at(12), by="bob", comment="typo",
+                             data=edits)
+    g = world.snaps["g"]
+    assert plan.result == "committed"
+    assert g.output["data"] == edits and g.input != edits
+    assert g.decision is not None and g.decision["edited"] is True
+    assert ("decided", "approve with edits by bob: typo") in [(e.kind, e.detail)
+                                                              for e in plan.events]
+    # None is data too: an approver may clear everything.
+    cleared = gate_world()
+    cleared.decide_gate("g", "approve", now=at(12), data=None)
+    assert cleared.snaps["g"].output["data"] is None
+
+
+def test_a_rejection_with_edits_is_refused_and_changes_nothing() -> None:
+    world = gate_world()
+    with pytest.raises(InputError, match="edits go with an approval"):
+        world.decide_gate("g", "reject", now=at(12), data={"x": 1})
+    assert world.snaps["g"].state is NodeState.PAUSED
+
+
 @pytest.mark.parametrize(("decision", "taken", "skipped"),
                          [("approve", "ok", "ko"), ("reject", "ko", "ok")])
 def test_a_decision_commits_the_gate_and_routes_on_it(decision: str, taken: str,
@@ -671,7 +695,8 @@ def test_a_decision_commits_the_gate_and_routes_on_it(decision: str, taken: str,
     assert plan.result == "committed"
     assert g.state is NodeState.SUCCEEDED
     assert g.decision == {"decision": decision, "by": "bob", "at": at(12), "comment": "fine"}
-    assert g.output == g.decision
+    # The output is the record and what was reviewed, passed on as it was.
+    assert g.output == {**g.decision, "data": "report"}
     assert (g.paused_seconds, g.paused_at, g.attempt) == (10.0, 0.0, 1)
     assert world.state(taken) is NodeState.WAITING
     assert world.state(skipped) is NodeState.SKIPPED

@@ -114,16 +114,27 @@ ROUTES: dict[str, str] = {
     "GET /v1/dags/{dag_hash}": "none",
     "GET /v1/dags": "none",
     "GET /v1/approvals": "none",
-    # Served by FastAPI, left out of the schema.
+    "GET /v1/task-counts": "none",
+    # Left out of the schema: the OpenAPI document, the docs page and the web UI.
     "GET /openapi.json": "none",
     "GET /docs": "none",
-    "GET /docs/oauth2-redirect": "none",
-    "GET /redoc": "none",
+    "GET /": "none",
+    "GET /ui": "none",
+    "GET /ui/{path:path}": "none",
+    "GET /ui/session": "none",
+    "POST /ui/login": "login",
+    "POST /ui/logout": "none",
+    "GET /ui/static/{file}": "none",
+    "GET /ui/vendor/{file}": "none",
 }
 
-#: Routes that exist but are not in the OpenAPI document (FastAPI's own pages).
-NOT_IN_SCHEMA = {"GET /openapi.json", "GET /docs", "GET /docs/oauth2-redirect",
-                 "GET /redoc"}
+#: Routes that exist but are not in the OpenAPI document.
+NOT_IN_SCHEMA = {route for route in ROUTES if route.startswith(("GET /ui", "POST /ui"))} | {
+    "GET /openapi.json", "GET /docs", "GET /"}
+#: Files asked of the static mounts and the UI's page route: real ones, and escapes.
+FILES = ["index.html", "app.js", "swagger-init.js", "swagger-ui/LICENSE", "tasks/t-1",
+         "../api/_rest.py", "..%2f..%2fapi%2f_auth.py", "%2e%2e/%2e%2e/pyproject.toml",
+         "static/../../__init__.py"]
 
 
 def served_routes(topology: Topology) -> set[str]:
@@ -158,7 +169,7 @@ def _app_routes_outside_schema() -> set[str]:
             for method in sorted((route.methods or set()) - {"HEAD"}):
                 out.add(f"{method} {route.path}")
         elif isinstance(route, Mount):
-            out.add(f"MOUNT {route.path}")
+            out.add(f"GET {route.path}/{{file}}")
     return out
 
 
@@ -322,6 +333,9 @@ def model_body(draw: st.DrawFn, kind: str) -> Any:
             "reason": st.one_of(hostile_text(), st.just("r" * 501), json_value)}))
     elif kind == "resume":
         body = draw(st.fixed_dictionaries({}, optional={"data": json_value}))
+    elif kind == "login":
+        body = draw(st.fixed_dictionaries({}, optional={
+            "token": st.one_of(hostile_text(), st.just("t" * 5000), json_value)}))
     elif kind == "retry":
         body = draw(st.fixed_dictionaries({}, optional={
             "from_node": st.one_of(st.sampled_from(NODE_IDS), hostile_text(), json_value),
@@ -365,6 +379,8 @@ def sane_body(draw: st.DrawFn, kind: str) -> dict[str, Any]:
         return draw(st.fixed_dictionaries({}, optional={"reason": text(60)}))
     if kind == "resume":
         return draw(st.fixed_dictionaries({}, optional={"data": json_value}))
+    if kind == "login":
+        return {"token": draw(st.one_of(text(40), st.sampled_from(["@tok:admin"])))}
     if kind == "retry":
         return draw(st.fixed_dictionaries({"from_node": st.sampled_from(NODE_IDS)},
                                           optional={"input": json_value}))
@@ -377,7 +393,7 @@ def sane_body(draw: st.DrawFn, kind: str) -> dict[str, Any]:
 FIELDS = {"submit": ("dag", "dag_yaml", "dag_hash", "input", "priority", "labels",
                      "deadline_seconds", "idempotency_key"),
           "decision": ("decision", "comment"), "cancel": ("reason",), "resume": ("data",),
-          "callback": ("x",),
+          "callback": ("x",), "login": ("token",),
           "retry": ("from_node", "input"), "validate": ("dag", "dag_yaml", "file"),
           "none": ("x",)}
 
@@ -465,7 +481,8 @@ def query(draw: st.DrawFn, route: str) -> str:
 ALLOWED_WHO = {"submit": ("admin", "submitter", "submitter2"), "validate": ("submitter",
                "admin"), "decision": ("approver", "admin"), "cancel": ("admin",),
                "resume": ("approver", "admin"), "callback": ("approver", "admin"),
-               "retry": ("admin",), "none": ("admin", "submitter", "approver", "executor")}
+               "retry": ("admin",), "login": ("admin", "approver"),
+               "none": ("admin", "submitter", "approver", "executor")}
 
 
 @st.composite
@@ -476,7 +493,8 @@ def sane_request(draw: st.DrawFn, route: str) -> Req:
     kind = ROUTES[route]
     for name, real in (("{task_id}", REAL_TASKS), ("{node_id}", NODE_IDS),
                        ("{key}", [f"{t}~{n}~x" for t in REAL_TASKS[:1] for n in NODE_IDS]),
-                       ("{dag_hash}", REAL_HASHES)):
+                       ("{dag_hash}", REAL_HASHES), ("{file}", FILES),
+                       ("{path:path}", FILES)):
         if name in path:
             path = path.replace(name, draw(st.one_of(st.sampled_from(real),
                                                      st.sampled_from(real),
@@ -511,6 +529,10 @@ def requests(draw: st.DrawFn, route: str) -> Req:
         path = path.replace("{dag_hash}", draw(path_segment(REAL_HASHES)))
     if "{key}" in path:
         path = path.replace("{key}", draw(path_segment([f"{REAL_TASKS[0]}~n~x"])))
+    for name in ("{file}", "{path:path}"):
+        if name in path:
+            path = path.replace(name, draw(st.one_of(st.sampled_from(FILES),
+                                                     path_segment(FILES))))
     if draw(st.integers(0, 14)) == 0:
         path += draw(st.sampled_from(["/", "/..", "/%2e%2e", "//", "/x"]))
     return Req(method, path, draw(query(route)), draw(headers(route)),

@@ -230,6 +230,21 @@ def test_delete_and_delete_prefix(store: StoreCase) -> None:
     asyncio.run(main())
 
 
+def test_count_counts_the_keys_of_a_prefix(store: StoreCase) -> None:
+    async def main() -> None:
+        async with store.open() as s:
+            names = ["a", "a0", "c", "c/0", "c/1", "ä"]
+            await s.txn([], [Put(store.key(n), b"x" * 10) for n in names])
+            assert await s.count(store.prefix) == 6
+            assert await s.count(store.key("c")) == 3
+            assert await s.count(store.key("a")) == 2
+            assert await s.count(store.key("zz")) == 0
+            await s.txn([], [Delete(store.key("c/0"))])
+            assert await s.count(store.key("c")) == 2
+
+    asyncio.run(main())
+
+
 def test_range_order_start_after_and_limit(store: StoreCase) -> None:
     async def main() -> None:
         async with store.open() as s:

@@ -429,18 +429,20 @@ class WatchTaskRequest(_message.Message):
     def __init__(self, task_id: _Optional[str] = ..., after_seq: _Optional[int] = ...) -> None: ...
 
 class DecideRequest(_message.Message):
-    __slots__ = ("task_id", "node_id", "decision", "by", "comment")
+    __slots__ = ("task_id", "node_id", "decision", "by", "comment", "data_json")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     DECISION_FIELD_NUMBER: _ClassVar[int]
     BY_FIELD_NUMBER: _ClassVar[int]
     COMMENT_FIELD_NUMBER: _ClassVar[int]
+    DATA_JSON_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     node_id: str
     decision: Decision
     by: str
     comment: str
-    def __init__(self, task_id: _Optional[str] = ..., node_id: _Optional[str] = ..., decision: _Optional[_Union[Decision, str]] = ..., by: _Optional[str] = ..., comment: _Optional[str] = ...) -> None: ...
+    data_json: str
+    def __init__(self, task_id: _Optional[str] = ..., node_id: _Optional[str] = ..., decision: _Optional[_Union[Decision, str]] = ..., by: _Optional[str] = ..., comment: _Optional[str] = ..., data_json: _Optional[str] = ...) -> None: ...
 
 class ResumeNodeRequest(_message.Message):
     __slots__ = ("task_id", "node_id", "data_json", "input_revision")

@@ -1,0 +1,1 @@
+"""The web UI: its page and files (static/), and vendored assets (vendor/)."""

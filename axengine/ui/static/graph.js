@@ -1,0 +1,122 @@
+// The DAG as SVG: a box per node (coloured by its state when a task is shown), an arrow
+// per edge (taken edges solid and dark, edges not taken dashed and grey).
+
+import {svg} from './dom.js';
+import {edgePath, layout} from './layout.js';
+
+const ID_CHARS = 24;
+
+function short(text, chars) {
+  return text.length > chars ? `${text.slice(0, chars - 1)}…` : text;
+}
+
+/** A guard as a short label: "{{ .output.decision == 'approve' }}" -> "decision == 'approve'". */
+export function guardLabel(edge) {
+  if (edge.when !== undefined && edge.when !== null) return String(edge.when);
+  if (!edge.condition) return '';
+  return String(edge.condition).replace(/^\s*\{\{\s*|\s*\}\}\s*$/g, '')
+    .replace(/\.output\./g, '').trim();
+}
+
+/** How an edge was decided: taken, not-taken, or pending (its source not decided). */
+export function edgeState(snaps, from, to) {
+  const source = snaps?.[from];
+  if (!source) return 'pending';
+  const hop = (source.next_hops || []).find((h) => h.target === to);
+  if (hop) return hop.taken ? 'taken' : 'not-taken';
+  if (['SKIPPED', 'CANCELLED', 'FAILED', 'DEAD'].includes(source.state)) return 'not-taken';
+  return 'pending';
+}
+
+function arrowMarker(id) {
+  return svg('marker', {id, viewBox: '0 0 10 10', refX: 9, refY: 5, markerWidth: 9,
+    markerHeight: 9, markerUnits: 'userSpaceOnUse', orient: 'auto-start-reverse',
+    class: `arrow ${id}`},
+  svg('path', {d: 'M0,0 L10,5 L0,10 z'}));
+}
+
+function subtitle(def, snap) {
+  const kind = def.type === 'tool_call' && def.tool ? `tool ${def.tool}`
+    : def.type === 'llm_call' && def.model ? `llm ${def.model}` : def.type;
+  if (!snap) return kind;
+  const attempt = snap.attempt > 1 ? ` · #${snap.attempt}` : '';
+  return `${short(kind, 16)} · ${snap.state}${attempt}`;
+}
+
+/**
+ * Render a DAG.
+ *
+ * @param {object} dag the canonical DAG ({nodes: {id: {type, next: [...]}}})
+ * @param {object|null} snaps node snapshots by id (a task), or null (a stored DAG)
+ * @param {string} selected the selected node id ('' for none)
+ * @param {(id: string) => void} onSelect called when a node is clicked
+ */
+export function renderGraph(dag, snaps, selected, onSelect) {
+  const defs = dag.nodes || {};
+  const ids = Object.keys(defs);
+  const edges = [];
+  for (const id of ids) {
+    for (const e of defs[id].next || []) edges.push({from: id, to: e.target, guard: guardLabel(e)});
+  }
+  const laid = layout(ids, edges);
+  const root = svg('svg', {class: 'graph', width: laid.width.toFixed(0),
+    height: laid.height.toFixed(0), viewBox: `0 0 ${laid.width.toFixed(1)} ${laid.height.toFixed(1)}`,
+    role: 'img', 'aria-label': `graph of ${ids.length} nodes`},
+  svg('defs', {}, ['taken', 'not-taken', 'pending'].map((k) => arrowMarker(`ax-arrow-${k}`))));
+
+  const guards = new Map(edges.map((e) => [`${e.from}\u0000${e.to}`, e.guard]));
+  const edgeLayer = svg('g', {class: 'edges'});
+  const labelLayer = svg('g', {class: 'edge-labels'});
+  for (const e of laid.edges) {
+    const state = snaps ? edgeState(snaps, e.from, e.to) : 'pending';
+    const guard = guards.get(`${e.from}\u0000${e.to}`) || '';
+    edgeLayer.appendChild(svg('path', {class: `edge e-${state}`, d: edgePath(e.points),
+      'data-from': e.from, 'data-to': e.to, 'data-edge': state,
+      'marker-end': `url(#ax-arrow-${state})`},
+    svg('title', {}, `${e.from} → ${e.to}${guard ? ` when ${guard}` : ''} (${state})`)));
+    if (guard) {
+      // Near the target: a fan-out's labels then sit apart, over distinct targets.
+      const [x0, y0] = e.points.at(-2);
+      const [x1, y1] = e.points.at(-1);
+      labelLayer.appendChild(svg('text', {class: `edge-label e-${state}`,
+        x: (x0 + (x1 - x0) * 0.55).toFixed(1), y: (y0 + (y1 - y0) * 0.55).toFixed(1),
+        'text-anchor': 'middle'}, short(guard, 26)));
+    }
+  }
+  root.appendChild(edgeLayer);
+
+  const nodeLayer = svg('g', {class: 'nodes'});
+  for (const id of ids) {
+    const box = laid.nodes.get(id);
+    const snap = snaps ? snaps[id] : null;
+    const state = snap ? snap.state : 'DEF';
+    const left = box.x - box.w / 2;
+    const top = box.y - box.h / 2;
+    const classes = ['gnode', `s-${state}`, `t-${defs[id].type}`, id === selected && 'selected'];
+    const g = svg('g', {class: classes.filter(Boolean).join(' '), 'data-node': id,
+      'data-state': snap ? snap.state : null, 'data-type': defs[id].type, tabindex: 0,
+      role: 'button', 'aria-label': `${id}${snap ? `, ${snap.state}` : ''}`},
+    svg('title', {}, `${id}\n${defs[id].type}${snap ? ` · ${snap.state}` : ''}` +
+      (defs[id].description ? `\n${defs[id].description}` : '')),
+    svg('rect', {class: 'box', x: left.toFixed(1), y: top.toFixed(1), width: box.w,
+      height: box.h, rx: defs[id].type === 'condition' ? 14 : 6}),
+    // A gate waits for a person: a second outline inside its box.
+    defs[id].type === 'human_gateway' ? svg('rect', {class: 'inner', x: (left + 3).toFixed(1),
+      y: (top + 3).toFixed(1), width: box.w - 6, height: box.h - 6, rx: 4}) : null,
+    svg('text', {class: 'nid', x: (left + 10).toFixed(1), y: (top + 18).toFixed(1)},
+      short(id, ID_CHARS)),
+    svg('text', {class: 'nsub', x: (left + 10).toFixed(1), y: (top + 34).toFixed(1)},
+      subtitle(defs[id], snap)));
+    g.addEventListener('click', () => onSelect(id));
+    g.addEventListener('keydown', (ev) => {
+      if (ev.key === 'Enter' || ev.key === ' ') {
+        ev.preventDefault();
+        onSelect(id);
+      }
+    });
+    nodeLayer.appendChild(g);
+  }
+  root.appendChild(nodeLayer);
+  root.appendChild(labelLayer);
+  return root;
+}

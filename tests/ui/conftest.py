@@ -1,0 +1,163 @@
+"""Fixtures of the web UI tests: a real ``ax server`` (a subprocess with a tokens file
+of an admin, an approver and a reader) and the system's headless Chromium driven by
+Selenium.
+
+Helpers wait on browser conditions (``WebDriverWait``), never on sleeps; ``rest()``
+talks to the same server as the tests' own client, with a bearer token.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.chrome.webdriver import WebDriver
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
+
+ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+#: Seconds a browser condition may take (a task step, a live update).
+WAIT = 15.0
+#: Token name -> (token, roles). The reader can read everything and decide nothing.
+TOKENS: dict[str, tuple[str, list[str]]] = {
+    "root": ("tok-ui-root-0123456789ab", ["admin"]),
+    "alice": ("tok-ui-alice-0123456789a", ["approve"]),
+    "reader": ("tok-ui-reader-012345678", ["submit"]),
+}
+#: Console messages of the page that are expected answers, not faults (the login page
+#: asks for a session first; the CSRF test provokes a 403).
+_EXPECTED_CONSOLE = re.compile(r"Failed to load resource: the server responded with a "
+                               r"status of (401|403)")
+
+
+@dataclass
+class UiServer:
+    """A running ``ax server`` with the tokens of :data:`TOKENS`."""
+
+    url: str
+    home: Path
+
+    def rest(self, who: str = "root") -> httpx.Client:
+        """A REST client of the server authenticated as ``who``."""
+        return httpx.Client(base_url=self.url, timeout=20,
+                            headers={"Authorization": f"Bearer {TOKENS[who][0]}"})
+
+
+@pytest.fixture(scope="module")
+def ax_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UiServer]:
+    where = tmp_path_factory.mktemp("ui-server")
+    tokens = where / "tokens.yaml"
+    tokens.write_text(json.dumps({"tokens": [
+        {"name": name, "token": token, "roles": roles}
+        for name, (token, roles) in TOKENS.items()]}))
+    tokens.chmod(0o600)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "axengine.cli", "server", "--tokens", str(tokens),
+         "--home", str(where / "home"), "--http", "127.0.0.1:0", "--grpc", "off"],
+        cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        env={**{k: v for k, v in os.environ.items() if not k.startswith("AX_")},
+             # The example reports are read from the repository (api trust reads local
+             # files only under input_root).
+             "AX_HANDLERS__INPUT_ROOT": str(ROOT / "dags" / "inputs")})
+    lines: queue.Queue[str] = queue.Queue()
+    output: list[str] = []
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            output.append(line)
+            lines.put(line.strip())
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    url = ""
+    try:
+        while True:
+            try:
+                line = lines.get(timeout=60)
+            except queue.Empty:
+                raise RuntimeError("ax server did not start:\n" + "".join(output)) from None
+            found = re.match(r"^ax: http listening on (\S+)$", line)
+            if found:
+                url = found.group(1)
+            if line == "ax: ready":
+                break
+        yield UiServer(url, where / "home")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+        reader.join(10)
+        assert proc.stdout is not None
+        proc.stdout.close()
+
+
+@pytest.fixture
+def browser() -> Iterator[WebDriver]:
+    """A fresh headless Chromium (no cookies, one tab) at 1280×900."""
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
+                "--window-size=1280,900", "--disable-gpu", "--no-first-run",
+                "--disable-extensions", "--lang=en-US"):
+        options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(options=options, service=Service(CHROMEDRIVER))
+    try:
+        driver.set_window_size(1280, 900)
+        driver.set_script_timeout(WAIT)
+        yield driver
+    finally:
+        driver.quit()
+
+
+# ---------------------------------------------------------------------------- helpers
+
+
+def wait_for(driver: WebDriver, condition: Callable[[WebDriver], Any], what: str,
+             timeout: float = WAIT) -> Any:
+    """Wait until ``condition(driver)`` is truthy; its value."""
+    return WebDriverWait(driver, timeout, poll_frequency=0.1).until(
+        condition, message=f"waited {timeout:g}s for {what}")
+
+
+def sign_in(driver: WebDriver, server: UiServer, who: str, *, path: str = "/ui/") -> None:
+    """Sign in through the login form with ``who``'s token; wait for ``path``."""
+    driver.get(f"{server.url}/ui/login?next={path}")
+    field = wait_for(driver, lambda d: d.find_element(By.ID, "token"), "the login form")
+    field.send_keys(TOKENS[who][0])
+    driver.find_element(By.ID, "sign-in").click()
+    wait_for(driver, lambda d: d.find_element(By.CLASS_NAME, "who-name").text == who,
+             f"{who} signed in")
+
+
+def console_errors(driver: WebDriver) -> list[str]:
+    """Errors the page logged (script errors, CSP violations), expected answers aside."""
+    return [entry["message"] for entry in driver.get_log("browser")
+            if entry["level"] == "SEVERE" and not _EXPECTED_CONSOLE.search(entry["message"])]
+
+
+def eventually(check: Callable[[], Any], what: str, timeout: float = WAIT) -> Any:
+    """Poll a server-side ``check`` (REST) until it is truthy: through a WebDriverWait on
+    no driver, so the tests have one way of waiting."""
+    return WebDriverWait(None, timeout, poll_frequency=0.1).until(  # type: ignore[arg-type]
+        lambda _: check(), message=f"waited {timeout:g}s for {what}")
