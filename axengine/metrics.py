@@ -73,6 +73,9 @@ MAX_PENDING = 100_000
 #: Tasks with waiting or running nodes whose snapshots one scrape reads (``ax_nodes``
 #: running/waiting and ``ax_oldest_waiting_seconds``); beyond it those gauges undercount.
 OLDEST_WAITING_SCAN = 5_000
+#: Buckets of the REST request duration (seconds).
+REQUEST_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+                   10.0, 30.0)
 #: Buckets of the store write latency (seconds): etcd commits take milliseconds.
 WRITE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
                  2.5, 5.0)
@@ -160,6 +163,10 @@ class AxMetrics:
                                       "Tasks reaching a final status", ["status"], registry=r)
         self.requests = Counter("ax_api_requests_total", "REST requests",
                                 ["method", "route", "code"], registry=r)
+        self.request_seconds = Histogram(
+            "ax_api_request_seconds", "REST request duration until the answer ends "
+            "(watch streams: until they end)", ["method", "route"], buckets=REQUEST_BUCKETS,
+            registry=r)
         self.llm_tokens = Counter("ax_llm_tokens_total",
                                   "LLM tokens of committed outcomes", ["model", "kind"],
                                   registry=r)

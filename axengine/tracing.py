@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import logging
+import os
 import sys
 import threading
 from collections.abc import Iterator, Mapping, Sequence
@@ -118,7 +119,7 @@ class TracingSettings:
         ``OTEL_TRACES_EXPORTER`` names an exporter or an OTLP endpoint is set: having
         the extra installed must not make every ``ax run`` send to localhost:4318.
         """
-        env = environ if environ is not None else _environ()
+        env = environ if environ is not None else os.environ
 
         def get(name: str) -> str:
             return env.get(name, "").strip()
@@ -139,12 +140,6 @@ class TracingSettings:
             names = ()
         return cls(exporters=names, endpoint=endpoint, protocol=protocol,
                    service_name=get("OTEL_SERVICE_NAME") or DEFAULT_SERVICE_NAME)
-
-
-def _environ() -> Mapping[str, str]:
-    import os
-
-    return os.environ
 
 
 # ---------------------------------------------------------------------- no-op

@@ -295,6 +295,12 @@ def test_route_labels_are_templates_and_unknown_paths_unmatched(
         ("GET", "/sub/items/{item_id}", "200"): 2,
         ("GET", "unmatched", "404"): 2,
     }
+    # Every request is timed under the same labels, less the status.
+    timed = {(labels["method"], labels["route"]): v
+             for (name, items), v in samples(text).items()
+             if name == "ax_api_request_seconds_count" for labels in [dict(items)]}
+    assert sum(timed.values()) == len(statuses) == sum(counted.values())
+    assert timed[("GET", "/v1/tasks/{task_id}")] == 2
 
     # The access log: one line per request, in order, with the route and the principal.
     records = [r for r in caplog.records if r.name == ACCESS_LOGGER]

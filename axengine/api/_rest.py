@@ -256,13 +256,15 @@ class RequestCountMiddleware:
             await self.app(scope, receive, tracked)
         finally:
             self.metrics.requests.labels(scope["method"], route, str(status)).inc()
+            elapsed = time.perf_counter() - started
+            self.metrics.request_seconds.labels(scope["method"], route).observe(elapsed)
             principal = scope.get(_PRINCIPAL)
             client = scope.get("client")
             # The raw path: still percent-encoded, so a %0A cannot forge a log line.
             raw = scope.get("raw_path")
             log_access(method=scope["method"],
                        path=raw.decode("ascii", "replace") if raw else quote(scope["path"]),
-                       route=route, status=status, seconds=time.perf_counter() - started,
+                       route=route, status=status, seconds=elapsed,
                        client=str(client[0]) if client else "",
                        principal=principal.name if isinstance(principal, Principal) else "")
 
