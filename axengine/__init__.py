@@ -3,6 +3,9 @@
     import axengine as ax
     result = ax.run("dags/financial_risk_assessment.yaml", {"pdf_url": "..."})
 
+    with ax.open() as engine:                  # many runs: the engine is set up once
+        result = engine.run("dags/financial_risk_assessment.yaml", {"pdf_url": "..."})
+
     with ax.Client("http://127.0.0.1:8080", token=TOKEN) as client:   # an ax api server
         result = client.run("dags/financial_risk_assessment.yaml", {"pdf_url": "..."})
 """
@@ -19,8 +22,10 @@ __all__ = [
     "Client",
     "RunResult",
     "ToolError",
+    "aopen",
     "aresume",
     "arun",
+    "open",
     "resume",
     "run",
     "tool",
@@ -30,7 +35,7 @@ __version__ = "0.1.0"
 
 def __getattr__(name: str) -> Any:
     # Lazy so that `import axengine` stays cheap for the CLI and the executors.
-    if name in ("run", "arun", "resume", "aresume"):
+    if name in ("run", "arun", "resume", "aresume", "open", "aopen"):
         from axengine import sdk
 
         return getattr(sdk, name)

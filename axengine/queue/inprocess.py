@@ -106,6 +106,8 @@ class InProcessQueue:
         self._position = itertools.count(1)
         self._changed = asyncio.Condition()
         self._closed = False
+        # Workers whose waiting pops return None now (``wake``), by worker id.
+        self._woken: set[str] = set()
 
     async def __aenter__(self) -> InProcessQueue:
         return self
@@ -174,6 +176,9 @@ class InProcessQueue:
         deadline = loop.time() + max(timeout, 0.0)
         async with self._changed:
             while not self._closed:
+                if worker_id in self._woken:
+                    self._woken.discard(worker_id)
+                    return None
                 now = loop.time()
                 self._release_due(now)
                 item = self._take(worker_id, lanes, aging)
@@ -253,6 +258,14 @@ class InProcessQueue:
         """Ids of workers that hold a processing list (candidates for ``recover``)."""
         self._check_open()
         return set(self._processing)
+
+    async def wake(self, worker_id: str) -> None:
+        """End the waiting ``pop`` of ``worker_id`` now, with None (a stopping worker
+        need not wait out its poll timeout; nothing is taken, so nothing can be lost).
+        With no pop waiting, its next pop returns None at once."""
+        async with self._changed:
+            self._woken.add(worker_id)
+            self._changed.notify_all()
 
     async def close(self) -> None:
         """Close the queue: waiting ``pop`` calls return None, later calls raise."""

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any
 
 from axengine import faults, tracing
@@ -185,6 +185,11 @@ class Worker:
         """
         await self.queue.recover(self.worker_id)
         slots = asyncio.Semaphore(self.concurrency)
+        # A queue that can end a waiting pop (the in-process one) is told to at the stop,
+        # so stopping takes no poll timeout; a Redis pop is never cut short.
+        wake = getattr(self.queue, "wake", None)
+        waker = (asyncio.create_task(self._wake_at(stop, wake)) if wake is not None
+                 else None)
         try:
             while not stop.is_set():
                 await slots.acquire()
@@ -207,10 +212,19 @@ class Worker:
                 self._active.add(task)
                 task.add_done_callback(self._active.discard)
         finally:
+            if waker is not None:
+                waker.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await waker
             if self._active:
                 await asyncio.gather(*self._active, return_exceptions=True)
             for each in self.runners.values():
                 await each.close()
+
+    async def _wake_at(self, stop: asyncio.Event,
+                       wake: Callable[[str], Awaitable[None]]) -> None:
+        await stop.wait()
+        await wake(self.worker_id)
 
     async def _guarded(self, item: WorkItem, slots: asyncio.Semaphore) -> None:
         try:
