@@ -179,7 +179,7 @@ class ApiServer:
         if options.run_worker:
             executor = ExecutorSpec(
                 concurrency=options.worker_concurrency, lease_seconds=options.lease_seconds,
-                settings=options.config.handler_settings, poll_timeout=0.2,
+                settings=options.config.resolved_handler_settings, poll_timeout=0.2,
                 observe=self.metrics.completed, observe_run=self.metrics.node_ran,
                 runners=options.runners,
                 runner=options.runner, fast_share=options.config.worker.fast_share,

@@ -29,6 +29,8 @@ from selenium.webdriver.chrome.webdriver import WebDriver
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
+from tests.topology import wait_until
+
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
@@ -52,6 +54,8 @@ class UiServer:
 
     url: str
     home: Path
+    #: The local mailbox of its send_email nodes.
+    mail: Path
 
     def rest(self, who: str = "root") -> httpx.Client:
         """A REST client of the server authenticated as ``who``."""
@@ -74,7 +78,10 @@ def ax_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UiServer]:
         env={**{k: v for k, v in os.environ.items() if not k.startswith("AX_")},
              # The example reports are read from the repository (api trust reads local
              # files only under input_root).
-             "AX_HANDLERS__INPUT_ROOT": str(ROOT / "dags" / "inputs")})
+             "AX_HANDLERS__INPUT_ROOT": str(ROOT / "dags" / "inputs"),
+             # Mail stays in the test's directory: the in-process executor of ax server
+             # would use ./.ax/mail, in the repository.
+             "AX_HANDLERS__MAIL_DIR": str(where / "mail")})
     lines: queue.Queue[str] = queue.Queue()
     output: list[str] = []
 
@@ -98,7 +105,7 @@ def ax_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UiServer]:
                 url = found.group(1)
             if line == "ax: ready":
                 break
-        yield UiServer(url, where / "home")
+        yield UiServer(url, where / "home", where / "mail")
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -113,7 +120,7 @@ def ax_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UiServer]:
 
 @pytest.fixture
 def browser() -> Iterator[WebDriver]:
-    """A fresh headless Chromium (no cookies, one tab) at 1280×900."""
+    """A fresh headless Chromium (no cookies, one tab) at 1280x900."""
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
     for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
@@ -152,12 +159,11 @@ def sign_in(driver: WebDriver, server: UiServer, who: str, *, path: str = "/ui/"
 
 def console_errors(driver: WebDriver) -> list[str]:
     """Errors the page logged (script errors, CSP violations), expected answers aside."""
-    return [entry["message"] for entry in driver.get_log("browser")
+    logs: list[dict[str, Any]] = driver.get_log("browser")  # type: ignore[no-untyped-call]
+    return [entry["message"] for entry in logs
             if entry["level"] == "SEVERE" and not _EXPECTED_CONSOLE.search(entry["message"])]
 
 
 def eventually(check: Callable[[], Any], what: str, timeout: float = WAIT) -> Any:
-    """Poll a server-side ``check`` (REST) until it is truthy: through a WebDriverWait on
-    no driver, so the tests have one way of waiting."""
-    return WebDriverWait(None, timeout, poll_frequency=0.1).until(  # type: ignore[arg-type]
-        lambda _: check(), message=f"waited {timeout:g}s for {what}")
+    """Poll a server-side ``check`` (REST) until it is truthy; its value."""
+    return wait_until(check, timeout, interval=0.1, what=what)

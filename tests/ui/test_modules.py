@@ -5,6 +5,7 @@ derivation (bars and markers of a hand-written event history)."""
 
 from __future__ import annotations
 
+import itertools
 import random
 from typing import Any
 
@@ -68,7 +69,7 @@ def _check_layout(ids: list[str], edges: list[dict[str, str]], laid: dict[str, A
         assert box["y"] + box["h"] / 2 <= laid["height"] + 1e-6
     for boxes in by_layer.values():
         boxes.sort(key=lambda b: b["x"])
-        for left, right in zip(boxes, boxes[1:], strict=False):
+        for left, right in itertools.pairwise(boxes):
             assert right["x"] - left["x"] >= left["w"] - 1e-6, (left, right)
     assert len(laid["edges"]) == len(edges)
     for e in laid["edges"]:
@@ -175,7 +176,7 @@ def test_timeline_derivation(page: WebDriver) -> None:
     assert rows[1]["outcome"] == "expired"
     assert [m["kind"] for m in rows[1]["markers"]] == ["stall", "lease"]
     # A handler's pause ends the run; the resumed run is a row of its own.
-    assert bars(rows[2]) == [("running", 109, 110), ("paused", 110, 115)]
+    assert bars(rows[2]) == [("queued", 108, 109), ("running", 109, 110), ("paused", 110, 115)]
     assert bars(rows[3]) == [("queued", 115, 116), ("running", 116, 117)]
     assert rows[3]["outcome"] == "succeeded"
     assert bars(rows[4]) == [("paused", 117, 120)] and rows[4]["outcome"] == "approve"
@@ -184,7 +185,7 @@ def test_timeline_derivation(page: WebDriver) -> None:
     assert bars(rows[6]) == [("queued", 120, 125)]  # still waiting, up to "now"
     assert rows[6]["segments"][0]["open"] is True
     assert tl["skipped"] == ["other"]
-    assert tl["totals"] == {"queued": 1 + 1 + 1 + 5, "running": 2 + 2 + 1 + 1,
+    assert tl["totals"] == {"queued": 1 + 1 + 1 + 1 + 5, "running": 2 + 2 + 1 + 1,
                             "paused": 5 + 3, "backoff": 2}
     assert (tl["start"], tl["end"]) == (100, 125)
 

@@ -35,6 +35,23 @@ BEFORE_GATE = ["parse_pdf", "extract_metrics", "assess_risk"]
 PATH = [*BEFORE_GATE, GATE, "notify_high_risk", "log_completion"]
 NOT_TAKEN = ["send_alert", "send_medium_risk_email", "send_low_risk_email"]
 IMAGES = ROOT / "docs" / "images"
+#: A second kind of gate, so the inbox shows more than one.
+PUBLISH = """\
+name: quarterly_summary
+nodes:
+  draft:
+    type: tool_call
+    tool: echo
+    input:
+      title: "Q{{ .input.quarter }} summary for {{ .input.team }}"
+      summary: "Revenue up 22%, margin down to 9%.\\nTwo new markets opened."
+    next: publish_review
+  publish_review:
+    type: human_gateway
+    description: "Publish the Q{{ .input.quarter }} summary of {{ .input.team }} to the intranet?"
+    input: "{{ .nodes.draft.output }}"
+    timeout: 7200
+"""
 
 
 def submit(server: UiServer, dag_yaml: str, task_input: Any, *,
@@ -125,7 +142,9 @@ def screenshot(driver: WebDriver, name: str) -> Path:
 
 def test_gate_approved_in_the_inbox_finishes_the_task_page_live(
         ax_server: UiServer, browser: WebDriver) -> None:
+    other = submit(ax_server, PUBLISH, {"team": "finance", "quarter": 3})
     task_id = submit(ax_server, FINANCIAL, GLOBEX, labels={"team": "risk", "report": "globex"})
+    wait_status(ax_server, other, "PAUSED")
     wait_status(ax_server, task_id, "PAUSED")
 
     sign_in(browser, ax_server, "alice")
@@ -150,7 +169,10 @@ def test_gate_approved_in_the_inbox_finishes_the_task_page_live(
     assert browser.current_url.endswith(f"?node={GATE}")
     screenshot(browser, "ui-task.png")
 
-    # A marker no reload survives: the first tab must finish on its own.
+    # The page follows the task through its event stream (not by polling)...
+    wait_for(browser, lambda d: d.find_element(By.ID, "main").get_attribute("data-live")
+             == "stream", "the event stream open")
+    # ...and a marker no reload survives: the first tab must finish on its own.
     browser.execute_script("window.__axFirstLoad = 'kept';")
     first = browser.current_window_handle
     browser.switch_to.new_window("tab")
@@ -174,6 +196,8 @@ def test_gate_approved_in_the_inbox_finishes_the_task_page_live(
     wait_for(browser, lambda d: all(node_state(d, n) == "SUCCEEDED" for n in PATH),
              "every node of the path SUCCEEDED")
     assert browser.execute_script("return window.__axFirstLoad") == "kept"
+    # The stream ended with the task.
+    assert browser.find_element(By.ID, "main").get_attribute("data-live") == "off"
     shown = states(browser)
     assert all(shown[n] == "SKIPPED" for n in NOT_TAKEN), shown
     assert console_errors(browser) == []
@@ -182,6 +206,16 @@ def test_gate_approved_in_the_inbox_finishes_the_task_page_live(
     assert gate["decision"]["decision"] == "approve"
     assert gate["decision"]["by"] == "alice"
     assert gate["decision"]["comment"] == "numbers checked"
+    # The gate's panel shows the decision; the email node's, its one outbox record.
+    panel = wait_for(browser, lambda d: "numbers checked" in (t := text_of(d, panel_css)) and t,
+                     "the decision in the gate's panel")
+    assert "alice" in panel and "approve" in panel
+    click_node(browser, "notify_high_risk")
+    effects = wait_for(browser, lambda d: text_of(
+        d, '#node-panel [data-node="notify_high_risk"] [data-field="effects"]'),
+        "the email's effect")
+    assert f"email:{task_id}:notify_high_risk:" in effects and "DONE" in effects
+    assert list(ax_server.mail.glob("*.eml"))
 
 
 def test_approve_with_edits_changes_what_the_gate_passes_on(
@@ -313,3 +347,9 @@ def test_timeline_shows_where_the_time_went(ax_server: UiServer, browser: WebDri
     assert waited >= paused["seconds"] > 0
     assert console_errors(browser) == []
     screenshot(browser, "ui-timeline.png")
+    # A row's name leads to the node's panel on the task page, in the same page.
+    browser.find_element(By.CSS_SELECTOR, f'g.trow[data-node="{GATE}"] a').click()
+    wait_for(browser, lambda d: "timeline" in text_of(
+        d, f'#node-panel .node-panel-body[data-node="{GATE}"] [data-field="decision"]'),
+        "the gate's panel")
+    assert browser.execute_script("return window.__axFirstLoad") == "kept"

@@ -97,6 +97,15 @@ function showError(main, err) {
 }
 
 /** Show `url` (a path under /ui/ with its query), pushing it onto the history. */
+/** A path segment decoded (a malformed escape is kept as it is: the page says not found). */
+function decoded(segment) {
+  try {
+    return decodeURIComponent(segment);
+  } catch {
+    return segment;
+  }
+}
+
 function navigate(url, {replace = false} = {}) {
   if (replace) history.replaceState(null, '', url);
   else history.pushState(null, '', url);
@@ -112,6 +121,7 @@ async function route() {
   current = page;
   const {pathname, search} = window.location;
   const main = document.getElementById('main');
+  delete main.dataset.live;
   const found = ROUTES.map(([re, render, key]) => [re.exec(pathname), render, key])
     .find(([m]) => m);
   if (!found) {
@@ -127,7 +137,7 @@ async function route() {
   updateNav(key);
   const ctx = {
     main,
-    params: match.slice(1).map(decodeURIComponent),
+    params: match.slice(1).map(decoded),
     query: new URLSearchParams(search),
     navigate,
     alive: () => page.alive,
@@ -156,7 +166,8 @@ function onClick(ev) {
   if (ev.defaultPrevented || ev.button !== 0 || ev.metaKey || ev.ctrlKey || ev.shiftKey ||
       ev.altKey) return;
   const a = ev.target.closest('a');
-  if (!a || a.target || a.hasAttribute('download')) return;
+  // getAttribute: an SVG <a> (timeline rows) has an object as its `target` property.
+  if (!a || a.getAttribute('target') || a.hasAttribute('download')) return;
   const href = a.getAttribute('href') ?? a.getAttribute('xlink:href');
   if (!href) return;
   const url = new URL(href, window.location.href);

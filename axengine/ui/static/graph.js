@@ -28,6 +28,30 @@ export function edgeState(snaps, from, to) {
   return 'pending';
 }
 
+/** Where an edge's label goes: the first spot along the edge where its box would cover
+ * no label placed before and no node; the first spot tried when every one would. */
+function placeLabel(points, text, placed, nodes) {
+  const w = text.length * 5.9 + 6;
+  const h = 13;
+  const at = (leg, t) => {
+    const [x0, y0] = points[leg];
+    const [x1, y1] = points[leg + 1];
+    return [x0 + (x1 - x0) * t, y0 + (y1 - y0) * t];
+  };
+  const last = points.length - 2;
+  const spots = [at(0, 0.5), at(last, 0.55), at(0, 0.3), at(0, 0.75), at(last, 0.3),
+    ...points.slice(1, -1).map((p, i) => at(i + 1, 0.5))];
+  const hits = (a, b) => Math.abs(a.x - b.x) * 2 < a.w + b.w && Math.abs(a.y - b.y) * 2 < a.h + b.h;
+  const boxes = [...nodes.values()].map((n) => ({x: n.x, y: n.y, w: n.w, h: n.h}));
+  const free = spots.find(([x, y]) => {
+    const box = {x, y, w, h};
+    return !placed.some((p) => hits(p, box)) && !boxes.some((b) => hits(b, box));
+  });
+  const [x, y] = free || spots[0];
+  placed.push({x, y, w, h});
+  return [x, y];
+}
+
 function arrowMarker(id) {
   return svg('marker', {id, viewBox: '0 0 10 10', refX: 9, refY: 5, markerWidth: 9,
     markerHeight: 9, markerUnits: 'userSpaceOnUse', orient: 'auto-start-reverse',
@@ -65,6 +89,7 @@ export function renderGraph(dag, snaps, selected, onSelect) {
   svg('defs', {}, ['taken', 'not-taken', 'pending'].map((k) => arrowMarker(`ax-arrow-${k}`))));
 
   const guards = new Map(edges.map((e) => [`${e.from}\u0000${e.to}`, e.guard]));
+  const placed = [];
   const edgeLayer = svg('g', {class: 'edges'});
   const labelLayer = svg('g', {class: 'edge-labels'});
   for (const e of laid.edges) {
@@ -75,12 +100,10 @@ export function renderGraph(dag, snaps, selected, onSelect) {
       'marker-end': `url(#ax-arrow-${state})`},
     svg('title', {}, `${e.from} → ${e.to}${guard ? ` when ${guard}` : ''} (${state})`)));
     if (guard) {
-      // Near the target: a fan-out's labels then sit apart, over distinct targets.
-      const [x0, y0] = e.points.at(-2);
-      const [x1, y1] = e.points.at(-1);
+      const text = short(guard, 26);
+      const [x, y] = placeLabel(e.points, text, placed, laid.nodes);
       labelLayer.appendChild(svg('text', {class: `edge-label e-${state}`,
-        x: (x0 + (x1 - x0) * 0.55).toFixed(1), y: (y0 + (y1 - y0) * 0.55).toFixed(1),
-        'text-anchor': 'middle'}, short(guard, 26)));
+        x: x.toFixed(1), y: (y + 3).toFixed(1), 'text-anchor': 'middle'}, text));
     }
   }
   root.appendChild(edgeLayer);
@@ -118,5 +141,7 @@ export function renderGraph(dag, snaps, selected, onSelect) {
   }
   root.appendChild(nodeLayer);
   root.appendChild(labelLayer);
+  // Shrunk to fit its column, but never below 70 %: a wider DAG scrolls instead.
+  root.style.minWidth = `${(laid.width * 0.7).toFixed(0)}px`;
   return root;
 }

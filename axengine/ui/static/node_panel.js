@@ -36,15 +36,19 @@ function inputSections(input) {
   return out;
 }
 
+/** The node's outbox records (side effects done at most once): key, state, result. */
 function effectsSection(effects) {
   if (!Array.isArray(effects) || !effects.length) return null;
-  return section(`Effects (${effects.length})`, h('ul', {class: 'effects'}, effects.map((e) => {
-    if (e && typeof e === 'object' && !Array.isArray(e)) {
-      const head = ['kind', 'key', 'status', 'state'].filter((k) => has(e[k]))
-        .map((k) => `${k}: ${typeof e[k] === 'string' ? e[k] : JSON.stringify(e[k])}`).join(' · ');
-      return h('li', {}, head ? h('div', {class: 'effect-head'}, head) : null, jsonBlock(e));
-    }
-    return h('li', {}, jsonBlock(e));
+  return section(`Effects (${effects.length})`, h('ul', {class: 'effects',
+    'data-field': 'effects'}, effects.map((e) => {
+    if (!e || typeof e !== 'object' || Array.isArray(e)) return h('li', {}, jsonBlock(e));
+    return h('li', {class: 'effect', 'data-state': e.state ?? ''},
+      h('div', {class: 'effect-head'},
+        e.state ? h('span', {class: 'effect-state'}, String(e.state)) : null,
+        h('span', {class: 'mono small effect-key', title: String(e.key ?? '')},
+          String(e.key ?? '')),
+        e.updated_at ? timeEl(e.updated_at) : null),
+      has(e.result) ? jsonBlock(e.result) : null);
   })));
 }
 
@@ -105,9 +109,10 @@ export function nodePanel(task, id, def, actions) {
     has(snap.evidence) ? section('Evidence', h('pre', {class: 'evidence',
       'data-field': 'evidence'}, String(snap.evidence))) : null,
     inputSections(snap.input),
-    section('Output', ['SUCCEEDED', 'FAILED'].includes(snap.state) || snap.output !== null
+    section('Output', snap.state === 'SUCCEEDED' || has(snap.output)
       ? jsonBlock(snap.output, {'data-field': 'output'})
-      : h('p', {class: 'muted'}, 'No output yet.')),
+      : h('p', {class: 'muted'}, ['WAITING', 'RUNNING', 'PAUSED', 'PENDING'].includes(snap.state)
+        ? 'No output yet.' : 'No output.')),
     has(snap.checkpoint) ? section('Checkpoint', jsonBlock(snap.checkpoint)) : null,
     has(snap.resume) ? section('Resume data', jsonBlock(snap.resume)) : null,
     effectsSection(snap.effects ?? task.effects?.[id]));

@@ -45,7 +45,8 @@ export async function render(ctx) {
   const dagInput = h('input', {type: 'text', id: 'filter-dag', placeholder: 'DAG name',
     value: filters.dag});
   const labelInput = h('input', {type: 'text', id: 'filter-label',
-    placeholder: 'labels: team=risk,env=prod', value: filters.label});
+    placeholder: 'labels: team=risk', value: filters.label,
+    title: 'label selector: key=value, key!=value or key, comma-separated'});
   const error = h('div', {class: 'error-banner', role: 'alert', hidden: true});
   const body = h('tbody', {id: 'task-rows'});
   const more = h('button', {type: 'button', id: 'load-more', hidden: true}, 'Load more');
@@ -80,12 +81,13 @@ export async function render(ctx) {
       'All', total === null ? null : h('span', {class: 'n'}, String(total))),
       STATUSES.map((s) => {
         const on = filters.status.includes(s);
-        return h('button', {type: 'button', class: `status-toggle s-${s}${on ? ' on' : ''}`,
+        return h('button', {type: 'button', class: `status-toggle${on ? ' on' : ''}`,
           'data-status': s, 'aria-pressed': String(on), onclick: () => {
             filters.status = on ? filters.status.filter((x) => x !== s) : [...filters.status, s];
             apply();
           }},
-        s, countsData ? h('span', {class: 'n', 'data-count': s}, String(countsData[s] ?? 0))
+        h('span', {class: `dot s-${s}`}), s,
+        countsData ? h('span', {class: 'n', 'data-count': s}, String(countsData[s] ?? 0))
           : null);
       }));
   };

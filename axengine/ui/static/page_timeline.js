@@ -29,7 +29,8 @@ function summary(tl, task) {
     h('span', {class: 'muted'}, `(${(share(waiting) * 100).toFixed(0)}%)`),
     ' vs ', h('span', {class: 'big'}, duration(running)), ' running ',
     h('span', {class: 'muted'}, `(${(share(running) * 100).toFixed(0)}%)`),
-    h('span', {class: 'muted'}, ` · summed over ${tl.rows.length} attempts; ` +
+    h('span', {class: 'muted'}, ` · summed over ${tl.rows.length} ` +
+      `${tl.rows.length === 1 ? 'row' : 'rows'} (node attempts); ` +
       `task wall time ${duration(Math.max(wall, 0))}`)),
   bar,
   h('div', {class: 'tl-kinds'}, BAR_KINDS.map((k) => h('span', {class: 'legend-item'},
@@ -59,11 +60,11 @@ export async function render(ctx) {
     const width = Math.max(700, host.clientWidth || ctx.main.clientWidth || 1200);
     fill(host, renderTimeline(tl, width,
       (node) => `${paths.task(taskId)}?node=${encodeURIComponent(node)}`));
-    const task_ = tl.taskMarkers.filter((m) => m.kind !== 'submitted');
+    const taskEvents = tl.taskMarkers.filter((m) => m.kind !== 'submitted');
     fill(foot,
       tl.skipped.length ? h('p', {class: 'muted', id: 'timeline-skipped'},
         `Skipped (no taken edge led there): ${tl.skipped.join(', ')}`) : null,
-      task_.length ? h('ul', {class: 'task-events'}, task_.map((m) =>
+      taskEvents.length ? h('ul', {class: 'task-events'}, taskEvents.map((m) =>
         h('li', {}, h('span', {class: 'mono small'}, localTime(m.at)), ` ${m.kind} `,
           h('span', {class: 'muted'}, m.detail || '')))) : null);
   };
@@ -81,6 +82,13 @@ export async function render(ctx) {
   }
 
   const live = liveTask(ctx, taskId, refresh);
+  let resizing = null;
+  const onResize = () => {
+    clearTimeout(resizing);
+    resizing = setTimeout(() => ctx.alive() && draw(), 150);
+  };
+  window.addEventListener('resize', onResize);
+  ctx.onCleanup(() => window.removeEventListener('resize', onResize));
   draw();
   if (!isFinal(task)) {
     live.ensure();

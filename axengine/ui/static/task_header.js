@@ -141,15 +141,21 @@ export function liveTask(ctx, taskId, refresh, onEvent = null) {
     if (poll) clearInterval(poll);
     poll = null;
   };
+  // How the page follows the task, for people debugging it (and the tests).
+  const mode = (value) => { ctx.main.dataset.live = value; };
   const stop = () => {
     if (source) source.close();
     source = null;
     stopPoll();
+    mode('off');
   };
   const ensure = () => {
     if (source || !ctx.alive()) return;
     source = new EventSource(`/v1/tasks/${encodeURIComponent(taskId)}/watch`);
-    source.onopen = stopPoll;
+    source.onopen = () => {
+      stopPoll();
+      mode('stream');
+    };
     source.onmessage = (msg) => {
       if (onEvent) {
         try {
@@ -169,6 +175,7 @@ export function liveTask(ctx, taskId, refresh, onEvent = null) {
       // itself with Last-Event-ID. Either way, poll until the stream is back.
       if (source && source.readyState === EventSource.CLOSED) source = null;
       if (!poll) poll = setInterval(() => ctx.alive() && refresh(), FALLBACK_POLL_MS);
+      mode('polling');
     };
   };
   ctx.onCleanup(stop);

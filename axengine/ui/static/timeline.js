@@ -335,19 +335,22 @@ export function renderTimeline(tl, width, nodeHref) {
 
 /** The legend: a swatch per bar kind and per marker. */
 export function legend() {
-  const swatch = (kind, text) => h('span', {class: 'legend-item'},
+  const swatch = (kind, text, title) => h('span', {class: 'legend-item', title},
     h('span', {class: `swatch k-${kind}`}), text);
-  const marker = (kind, text) => {
+  const marker = (kind, text, title) => {
     const icon = svg('svg', {class: 'legend-mark', width: 16, height: 16, viewBox: '0 0 16 16'},
       svg('g', {class: `mark m-${kind}`}, markerShape(kind, 8, kind === 'progress' ? 18 : 8)));
-    return h('span', {class: 'legend-item'}, icon, text);
+    return h('span', {class: 'legend-item', title}, icon, text);
   };
   return h('div', {class: 'legend'},
-    swatch('queued', 'queued (ready → claimed)'),
-    swatch('running', 'running'),
-    swatch('paused', 'paused (gate or handler)'),
-    swatch('backoff', 'backoff before a retry'),
-    marker('lease', 'lease expired'), marker('stall', 'stall verdict'),
-    marker('decision', 'decision'), marker('failure', 'failure / retry'),
-    marker('cancelled', 'cancelled'), marker('progress', 'progress reported'));
+    swatch('queued', 'queued', 'ready, waiting for a worker to claim it'),
+    swatch('running', 'running', 'claimed: running under a lease'),
+    swatch('paused', 'paused', 'a gate waiting for a decision, or a node its handler paused'),
+    swatch('backoff', 'backoff', 'after a retryable failure, until the retry may start'),
+    marker('lease', 'lease expired', 'the owner lost the node; another attempt follows'),
+    marker('stall', 'stall', 'a blocking verdict: noted, warned, extended'),
+    marker('decision', 'decision', 'a person approved or rejected'),
+    marker('failure', 'failure', 'a failed attempt (retried or final)'),
+    marker('cancelled', 'cancelled', 'cancelled by an admin'),
+    marker('progress', 'progress', 'the node reported progress'));
 }
