@@ -103,8 +103,10 @@ def test_dags_without_the_fields_keep_their_hash() -> None:
         recorded = json.loads(path.read_text())
         dag = Dag.from_canonical(recorded["dag"])
         assert dag.hash == recorded["dag_hash"], path.name
+    # The YAML those fixtures were recorded from (the example before its gate passed
+    # the approved email on) still loads to the recorded hash.
     financial = next(p for p in FIXTURES if p.name == "financial_success.json")
-    assert load_dag(ROOT / "dags" / "financial_risk_assessment.yaml").hash == \
+    assert load_dag(ROOT / "tests" / "data" / "financial_risk_assessment_v1.yaml").hash == \
         json.loads(financial.read_text())["dag_hash"]
 
 
