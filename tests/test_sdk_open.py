@@ -79,27 +79,28 @@ def test_the_async_engine_runs_tasks_concurrently(tmp_path: Path) -> None:
     assert results[-1].path == ["review"]
 
 
-def test_wake_ends_a_waiting_pop_and_takes_nothing() -> None:
+def test_wake_ends_the_waiting_pops_of_one_worker_and_takes_nothing() -> None:
     async def main() -> tuple[Any, ...]:
         queue = InProcessQueue()
-        waiting = asyncio.create_task(queue.pop("w1", timeout=3600))
+        # A worker with a capped fast lane waits in two pops at once.
+        waiting = [asyncio.create_task(queue.pop("w1", timeout=3600)) for _ in range(2)]
         other = asyncio.create_task(queue.pop("w2", timeout=3600))
-        await asyncio.sleep(0)  # both pops are waiting now
+        await asyncio.sleep(0)  # every pop is waiting now
         await queue.wake("w1")
-        # Only w1's pop ends; its 3600 s timeout is not waited out.
-        woken = await asyncio.wait_for(waiting, timeout=30)
+        # Both of w1's pops end; their 3600 s timeout is not waited out.
+        woken = await asyncio.wait_for(asyncio.gather(*waiting), timeout=30)
         await queue.enqueue([WorkItem("t", "n")])
         served = await asyncio.wait_for(other, timeout=30)
-        # A wake with no pop waiting ends the next pop at once, and only that one.
-        await queue.wake("w3")
-        early = await queue.pop("w3", timeout=3600)
+        # Later pops of w1 wait and serve as usual.
+        later = asyncio.create_task(queue.pop("w1", timeout=3600))
+        await asyncio.sleep(0)
         await queue.enqueue([WorkItem("t", "m")])
-        later = await queue.pop("w3", timeout=0)
+        again = await asyncio.wait_for(later, timeout=30)
         held = {w: list(items) for w, items in queue._processing.items() if items}
         await queue.close()
-        return woken, served, early, later, held
+        return woken, served, again, held
 
-    woken, served, early, later, held = asyncio.run(main())
-    assert (woken, early) == (None, None)
-    assert served == WorkItem("t", "n") and later == WorkItem("t", "m")
-    assert held == {"w2": [WorkItem("t", "n")], "w3": [WorkItem("t", "m")]}
+    woken, served, again, held = asyncio.run(main())
+    assert woken == [None, None]
+    assert served == WorkItem("t", "n") and again == WorkItem("t", "m")
+    assert held == {"w2": [WorkItem("t", "n")], "w1": [WorkItem("t", "m")]}

@@ -106,8 +106,8 @@ class InProcessQueue:
         self._position = itertools.count(1)
         self._changed = asyncio.Condition()
         self._closed = False
-        # Workers whose waiting pops return None now (``wake``), by worker id.
-        self._woken: set[str] = set()
+        # Wake-ups per worker (``wake``): a pop that sees the count change returns None.
+        self._wakes: dict[str, int] = {}
 
     async def __aenter__(self) -> InProcessQueue:
         return self
@@ -174,10 +174,10 @@ class InProcessQueue:
             raise ValueError("pop needs at least one lane, e.g. lanes=('fast', 'default')")
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(timeout, 0.0)
+        wakes = self._wakes.get(worker_id, 0)  # before any await: a wake from now on counts
         async with self._changed:
             while not self._closed:
-                if worker_id in self._woken:
-                    self._woken.discard(worker_id)
+                if self._wakes.get(worker_id, 0) != wakes:
                     return None
                 now = loop.time()
                 self._release_due(now)
@@ -260,11 +260,11 @@ class InProcessQueue:
         return set(self._processing)
 
     async def wake(self, worker_id: str) -> None:
-        """End the waiting ``pop`` of ``worker_id`` now, with None (a stopping worker
-        need not wait out its poll timeout; nothing is taken, so nothing can be lost).
-        With no pop waiting, its next pop returns None at once."""
+        """End every ``pop`` of ``worker_id`` waiting now, with None: a stopping worker
+        need not wait out its poll timeout. Nothing is taken, so nothing can be lost;
+        later pops wait as usual."""
         async with self._changed:
-            self._woken.add(worker_id)
+            self._wakes[worker_id] = self._wakes.get(worker_id, 0) + 1
             self._changed.notify_all()
 
     async def close(self) -> None:

@@ -164,7 +164,6 @@ class Worker:
         self.fast_slots = max(1, int(concurrency * fast_share))
         self._capped_lanes = (others if others and FAST_LANE in self.lanes
                               and self.fast_slots < concurrency else None)
-        self._fast_in_flight = 0
         self.clock = clock
         self.runners: dict[str, Runner] = {THREAD: ThreadRunner(handler,
                                                                 concurrency=concurrency)}
@@ -178,10 +177,12 @@ class Worker:
     async def run(self, stop: asyncio.Event) -> None:
         """Serve until ``stop`` is set, then finish the runs in flight.
 
-        Each free slot pops one item. While the fast lane holds ``fast_slots`` of them,
-        the pop asks only for the other lanes; a fast item then waits at most one
-        ``poll_timeout`` after a fast slot frees (a pop is never cancelled, since a
-        cancelled Redis pop may strand its item in the processing list).
+        Each free slot pops one item. When the fast lane is capped at ``fast_slots``,
+        two pops wait at once: one for every lane, which needs a free fast slot, and
+        one for the other lanes only. So fast work never holds more than its share,
+        other work may take every slot, and a fast slot that frees is taken at once,
+        without waiting out a pop of the other lanes. (A pop is never cancelled: a
+        cancelled Redis pop may strand its item in the processing list.)
         """
         await self.queue.recover(self.worker_id)
         slots = asyncio.Semaphore(self.concurrency)
@@ -191,26 +192,12 @@ class Worker:
         waker = (asyncio.create_task(self._wake_at(stop, wake)) if wake is not None
                  else None)
         try:
-            while not stop.is_set():
-                await slots.acquire()
-                if stop.is_set():
-                    slots.release()
-                    break
-                lanes = self.lanes
-                if self._capped_lanes is not None and \
-                        self._fast_in_flight >= self.fast_slots:
-                    lanes = self._capped_lanes
-                item = await self.queue.pop(self.worker_id, lanes=lanes,
-                                            timeout=self.poll_timeout,
-                                            aging=self.aging_seconds)
-                if item is None:
-                    slots.release()
-                    continue
-                if item.lane == FAST_LANE:
-                    self._fast_in_flight += 1
-                task = asyncio.create_task(self._guarded(item, slots))
-                self._active.add(task)
-                task.add_done_callback(self._active.discard)
+            if self._capped_lanes is None:
+                await self._pop_loop(stop, slots, self.lanes, None)
+            else:
+                fast = asyncio.Semaphore(self.fast_slots)
+                await asyncio.gather(self._pop_loop(stop, slots, self.lanes, fast),
+                                     self._pop_loop(stop, slots, self._capped_lanes, None))
         finally:
             if waker is not None:
                 waker.cancel()
@@ -221,12 +208,39 @@ class Worker:
             for each in self.runners.values():
                 await each.close()
 
+    async def _pop_loop(self, stop: asyncio.Event, slots: asyncio.Semaphore,
+                        lanes: Sequence[str], fast: asyncio.Semaphore | None) -> None:
+        """Pop from ``lanes`` into free slots until ``stop``; with ``fast``, each pop
+        first takes a fast slot, kept only by a fast item."""
+        while not stop.is_set():
+            if fast is not None:
+                await fast.acquire()
+            await slots.acquire()
+            if stop.is_set():
+                slots.release()
+                if fast is not None:
+                    fast.release()
+                break
+            item = await self.queue.pop(self.worker_id, lanes=lanes,
+                                        timeout=self.poll_timeout, aging=self.aging_seconds)
+            holds_fast = fast is not None and item is not None and item.lane == FAST_LANE
+            if fast is not None and not holds_fast:
+                fast.release()
+            if item is None:
+                slots.release()
+                continue
+            task = asyncio.create_task(self._guarded(item, slots, fast if holds_fast
+                                                     else None))
+            self._active.add(task)
+            task.add_done_callback(self._active.discard)
+
     async def _wake_at(self, stop: asyncio.Event,
                        wake: Callable[[str], Awaitable[None]]) -> None:
         await stop.wait()
         await wake(self.worker_id)
 
-    async def _guarded(self, item: WorkItem, slots: asyncio.Semaphore) -> None:
+    async def _guarded(self, item: WorkItem, slots: asyncio.Semaphore,
+                       fast: asyncio.Semaphore | None = None) -> None:
         try:
             await self.process(item)
         except Exception:
@@ -235,9 +249,9 @@ class Worker:
             log.exception("worker %s: processing %s/%s failed", self.worker_id,
                           item.task_id, item.node_id)
         finally:
-            # Before the slot: the loop that takes it must see the fast share free.
-            if item.lane == FAST_LANE:
-                self._fast_in_flight -= 1
+            # The fast slot before the slot: the pop waiting for both then gets both.
+            if fast is not None:
+                fast.release()
             slots.release()
 
     async def process(self, item: WorkItem) -> str:

@@ -162,6 +162,32 @@ def test_fast_work_alone_stays_within_its_share() -> None:
     asyncio.run(main())
 
 
+def test_a_freed_fast_slot_is_taken_without_waiting_out_a_default_pop() -> None:
+    """A flood of fast work with the default lane empty: the worker waits in a pop of
+    the default lane all along (its timeout here is an hour), and every fast item is
+    still served, two at a time, as the fast slots free."""
+    async def main() -> None:
+        release = asyncio.Semaphore(0)
+        queue = PopLog()
+        worker = Recorder(lambda _: release.acquire(), queue=queue, concurrency=4,
+                          fast_share=0.5, poll_timeout=3600)
+        await queue.enqueue(items(FAST_LANE, 8))
+
+        async def scenario() -> None:
+            for done in range(0, 8, 2):
+                await worker.until(lambda n=done: len(worker.order) == n + 2)
+                assert worker.running[FAST_LANE] == 2
+                release.release()
+                release.release()
+            await worker.until(lambda: worker.running[FAST_LANE] == 0)
+            assert worker.peak_fast == 2 and len(worker.order) == 8
+            assert (DEFAULT_LANE,) in queue.asked  # the other pop was waiting meanwhile
+
+        await serve(worker, scenario)
+
+    asyncio.run(main())
+
+
 @pytest.mark.parametrize(("concurrency", "share", "slots"),
                          [(4, 0.5, 2), (1, 0.5, 1), (3, 0.5, 1), (8, 0.25, 2), (4, 1.0, 4)])
 def test_fast_slots_round_down_to_at_least_one(concurrency: int, share: float,
