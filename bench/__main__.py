@@ -1,5 +1,6 @@
-"""``python -m bench``: measure ax's cost per node against the floor and against
-LangGraph, and write ``bench/results/results.{json,md}``.
+"""``python -m bench``: measure ax's cost per node against the floor and against its
+peers (LangGraph, DBOS), the SDK as users call it and the reconciler's pass, and write
+``bench/results/results.{json,md}``.
 
 ::
 
@@ -44,7 +45,7 @@ def update_readme(markdown: str, readme: Path = README) -> bool:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="bench", description="ax cost per node against the floor and LangGraph")
+        prog="bench", description="ax cost per node against the floor and its peers")
     parser.add_argument("--quick", action="store_true",
                         help="tiny counts (seconds): checks that every part runs")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT,

@@ -2,7 +2,8 @@
 result as one ``BENCH-RESULT {json}`` line on stdout.
 
 Usage: ``python -m bench.child < spec.json`` where ``spec["part"]`` names the module
-(``floor``, ``axrun``, ``peer``, ``api``, ``validation``).
+(``floor``, ``axrun``, ``peer``, ``dbos``, ``sdk``, ``reconciler``, ``api``,
+``validation``).
 """
 
 from __future__ import annotations
@@ -29,6 +30,12 @@ def main() -> int:
         from bench import axrun as module  # type: ignore[no-redef]
     elif part == "peer":
         from bench import peer as module  # type: ignore[no-redef]
+    elif part == "dbos":
+        from bench import dbos_peer as module  # type: ignore[no-redef]
+    elif part == "sdk":
+        from bench import sdk as module  # type: ignore[no-redef]
+    elif part == "reconciler":
+        from bench import reconcile as module  # type: ignore[no-redef]
     elif part == "api":
         from bench import api as module  # type: ignore[no-redef]
     elif part == "validation":

@@ -11,6 +11,9 @@ overhead (checkpoint write included), the counterpart of ax's ``ready`` → ``co
 Concurrent tasks run on a thread pool (``inflight`` threads, one ``invoke`` each, one
 shared saver: its connection is guarded by the saver's lock), which is how a
 synchronous LangGraph application serves several requests.
+
+``mode: "oneshot"`` is the counterpart of a one-shot ``ax.run``: every call opens the
+saver on the same file, builds, compiles and invokes the graph, and closes the saver.
 """
 
 from __future__ import annotations
@@ -173,8 +176,69 @@ def _chain_steps(stamps: Stamps) -> list[float]:
     return [b - a for a, b in itertools.pairwise(times)]
 
 
+def _build(kind: str, size: int, stamps: Stamps) -> Any:
+    if kind == "chain":
+        return _chain_graph(size, stamps)
+    if kind == "fanout":
+        return _fanout_graph(size, stamps)
+    if kind == "financial":
+        return _financial_graph(stamps)
+    raise ValueError(f"unknown shape {kind!r}")
+
+
+def _oneshot(spec: dict[str, Any]) -> dict[str, Any]:
+    """``runs`` calls that each open the saver, build, compile and invoke the financial
+    graph (after two warm-up calls); per call wall and CPU time."""
+    import langgraph.version
+
+    runs = int(spec.get("runs", 10))
+    home = Path(tempfile.mkdtemp(prefix="ax-bench-lg1-"))
+    stamps: Stamps = []
+    walls: list[float] = []
+    cpus: list[float] = []
+    builds: list[float] = []
+
+    def call(i: int) -> None:
+        t, c = time.perf_counter(), time.process_time()
+        saver, conn = _saver(home / "checkpoints.db")
+        try:
+            app = _financial_graph(stamps).compile(checkpointer=saver)
+            built = time.perf_counter() - t
+            app.invoke({"doc": f"doc-{i}"}, {"configurable": {"thread_id": f"t-{i}"}},
+                       durability="sync")
+        finally:
+            conn.close()
+        if i >= 0:
+            walls.append(time.perf_counter() - t)
+            cpus.append(time.process_time() - c)
+            builds.append(built)
+
+    try:
+        for j in range(2):
+            call(-1 - j)
+        stamps.clear()
+        t0 = time.perf_counter()
+        for i in range(runs):
+            call(i)
+        wall = time.perf_counter() - t0
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+    nodes = shapes.executed_nodes("financial") * runs
+    if len(stamps) != nodes:
+        raise RuntimeError(f"LangGraph ran {len(stamps)} nodes, expected {nodes}")
+    return {
+        "engine": f"langgraph {langgraph.version.__version__}", "mode": "oneshot",
+        "what": "per call: open SqliteSaver (WAL, synchronous=FULL), build, compile, "
+                "invoke (durability=sync), close",
+        "shape": "financial", "runs": runs, "nodes": nodes, "wall_s": round(wall, 4),
+        "run_wall": summary(walls), "run_cpu": summary(cpus), "build_compile": summary(builds),
+        "wall_over_cpu": round(sum(walls) / sum(cpus), 3) if sum(cpus) else None,
+    }
+
+
 def run(spec: dict[str, Any]) -> dict[str, Any]:
-    """Run one LangGraph workload: ``shape``, ``size``, ``tasks``, ``inflight``.
+    """Run one LangGraph workload: ``shape``, ``size``, ``tasks``, ``inflight``; or with
+    ``mode: "oneshot"``, ``runs`` one-shot calls of the financial graph.
 
     Raises:
         RuntimeError: LangGraph is not installed (``scripts/bootstrap bench`` installs it).
@@ -185,6 +249,8 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     except ImportError as exc:
         raise RuntimeError(f"the peer is not installed ({exc}): run scripts/bootstrap bench "
                            "(bench/run does)") from exc
+    if spec.get("mode") == "oneshot":
+        return _oneshot(spec)
 
     kind, size = spec["shape"], int(spec.get("size", 0))
     tasks, inflight = int(spec.get("tasks", 1)), int(spec.get("inflight", 1))
@@ -193,15 +259,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     stamps: Stamps = []
     try:
         t_build = time.perf_counter()
-        if kind == "chain":
-            graph = _chain_graph(size, stamps)
-        elif kind == "fanout":
-            graph = _fanout_graph(size, stamps)
-        elif kind == "financial":
-            graph = _financial_graph(stamps)
-        else:
-            raise ValueError(f"unknown shape {kind!r}")
-        app = graph.compile(checkpointer=saver)
+        app = _build(kind, size, stamps).compile(checkpointer=saver)
         build_s = time.perf_counter() - t_build
         limit = shapes.executed_nodes(kind, size) + 25
 

@@ -2,7 +2,14 @@
 
 Targets (see ``bench/README.md``):
 
-- ax embedded per-node overhead / LangGraph (SqliteSaver) per-node overhead ≤ 0.5;
+- ax embedded per-node overhead / a peer's (LangGraph with SqliteSaver; DBOS on a
+  SQLite system database) per-node overhead ≤ 0.5;
+- the SDK: one-shot ``ax.run`` of the financial shape at most twice LangGraph's open +
+  build + compile + invoke of the same graph per call, with wall time ≤ 1.5 times CPU
+  time; the reusable engine (``ax.open``) per-node overhead ≤ 0.5 of each peer's on the
+  chain and the financial shape;
+- a reconciler pass is flat in the number of finished tasks: median pass time with
+  10,000 finished / with 10 ≤ 1.5, and the same store reads per pass;
 - ax on etcd + Redis, engine in process: node throughput ≥ 80 % of the floor;
 - ax through API + executors: node throughput ≥ 50 % of the floor;
 - per-node cost flat in DAG size and in concurrency: growth (cost at the largest size
@@ -15,10 +22,20 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["FLAT", "markdown", "summarize"]
+__all__ = ["FLAT", "ONESHOT_TARGET", "PEER_TARGET", "WALL_OVER_CPU_TARGET", "markdown",
+           "summarize"]
 
 #: Growth factor up to which a per-node cost counts as flat.
 FLAT = 1.5
+#: ax per-node overhead / a peer's, at most.
+PEER_TARGET = 0.5
+#: One-shot ``ax.run`` per call / LangGraph's open + build + compile + invoke, at most.
+ONESHOT_TARGET = 2.0
+#: Wall time / CPU time of a one-shot ``ax.run``, at most (no waiting on timers).
+WALL_OVER_CPU_TARGET = 1.5
+
+#: The peers: label, key under ``results["peer"]``, key of their chains in scaling.
+_PEERS = (("LangGraph", "langgraph", "langgraph_chain"), ("DBOS", "dbos", "dbos_chain"))
 
 _Result = Mapping[str, Any]
 
@@ -61,37 +78,111 @@ def _cmp(name: str, value: float | None, target: str, met: bool | None,
             "percent": percent}
 
 
-def _vs_peer(emb: _Result, lg: _Result, scaling: _Result) -> list[dict[str, Any]]:
+def _at_most(name: str, value: float | None, limit: float, detail: str) -> dict[str, Any]:
+    return _cmp(name, value, f"≤ {limit:g}", None if value is None else value <= limit, detail)
+
+
+def _chain_overhead(name: str, label: str, ax: Any, peer: Any) -> dict[str, Any]:
+    a = _get(ax, "node_latency", "ready_to_committed", "p50_ms")
+    b = _get(peer, "step_interval", "p50_ms")
+    return _at_most(name, _ratio(a, b), PEER_TARGET,
+                    f"ax ready→committed p50 {a} ms vs {label} step p50 {b} ms")
+
+
+def _vs_peer(emb: _Result, peers: _Result, scaling: _Result) -> list[dict[str, Any]]:
+    """ax embedded against each peer, the same comparison for every peer in a row."""
     out = []
-    ax_chains, lg_chains = scaling.get("chain") or {}, scaling.get("langgraph_chain") or {}
-    for n in sorted((k for k in lg_chains if k in ax_chains), key=int):
-        if n == str(_get(emb, "chain", "size")):
-            continue  # the main comparison below
-        a = _get(ax_chains[n], "node_latency", "ready_to_committed", "p50_ms")
-        b = _get(lg_chains[n], "step_interval", "p50_ms")
-        r = _ratio(a, b)
-        out.append(_cmp(f"embedded / LangGraph, chain of {n} per-node overhead (p50)", r,
-                        "≤ 0.5", None if r is None else r <= 0.5,
-                        f"ax ready→committed p50 {a} ms vs LangGraph step p50 {b} ms"))
+    ax_chains = scaling.get("chain") or {}
+    main = str(_get(emb, "chain", "size"))
+    sizes = {n for _, _, key in _PEERS for n in (scaling.get(key) or {})
+             if n in ax_chains and n != main}
+    for n in sorted(sizes, key=int):
+        for label, _, key in _PEERS:
+            peer_chain = (scaling.get(key) or {}).get(n)
+            if peer_chain is not None:
+                out.append(_chain_overhead(
+                    f"embedded / {label}, chain of {n} per-node overhead (p50)", label,
+                    ax_chains[n], peer_chain))
     chain_ax: Any = emb.get("chain")
-    chain_lg: Any = lg.get("chain")
-    if _ok(chain_ax) and _ok(chain_lg):
-        a = _get(chain_ax, "node_latency", "ready_to_committed", "p50_ms")
-        b = _get(chain_lg, "step_interval", "p50_ms")
-        r = _ratio(a, b)
-        out.append(_cmp(f"embedded / LangGraph, chain of {chain_ax.get('size')} per-node "
-                        "overhead (p50)", r, "≤ 0.5",
-                        None if r is None else r <= 0.5,
-                        f"ax ready→committed p50 {a} ms vs LangGraph step p50 {b} ms"))
+    for label, key, _ in _PEERS:
+        chain_peer: Any = _get(peers, key, "chain")
+        if _ok(chain_ax) and _ok(chain_peer):
+            out.append(_chain_overhead(
+                f"embedded / {label}, chain of {chain_ax.get('size')} per-node overhead "
+                "(p50)", label, chain_ax, chain_peer))
     for name in ("chain", "fanout", "financial_sequential", "financial_concurrent"):
         ax: Any = emb.get(name)
-        peer: Any = lg.get(name)
-        if _ok(ax) and _ok(peer):
-            a, b = ax["wall_per_node_ms"], peer["wall_per_node_ms"]
-            r = _ratio(a, b)
-            out.append(_cmp(f"embedded / LangGraph, {name} wall time per node", r, "≤ 0.5",
-                            None if r is None else r <= 0.5,
-                            f"ax {a} ms vs LangGraph {b} ms"))
+        for label, key, _ in _PEERS:
+            peer: Any = _get(peers, key, name)
+            if _ok(ax) and _ok(peer):
+                a, b = ax["wall_per_node_ms"], peer["wall_per_node_ms"]
+                out.append(_at_most(f"embedded / {label}, {name} wall time per node",
+                                    _ratio(a, b), PEER_TARGET,
+                                    f"ax {a} ms vs {label} {b} ms"))
+    return out
+
+
+def _vs_sdk(sdk: _Result, peers: _Result) -> list[dict[str, Any]]:
+    """The SDK as users call it: one-shot ``ax.run`` and the reusable engine."""
+    out = []
+    one: Any = sdk.get("ax_oneshot")
+    lg_one: Any = sdk.get("langgraph_oneshot")
+    if _ok(one) and _ok(lg_one):
+        a, b = _get(one, "run_wall", "p50_ms"), _get(lg_one, "run_wall", "p50_ms")
+        out.append(_at_most(
+            "one-shot ax.run / LangGraph open + build + compile + invoke, financial, per "
+            "call (p50)", _ratio(a, b), ONESHOT_TARGET,
+            f"ax.run {a} ms vs LangGraph {b} ms per call"))
+    for name, label, limit in (("ax_oneshot", "one-shot ax.run", WALL_OVER_CPU_TARGET),
+                               ("ax_reuse_financial", "reusable engine", None)):
+        r: Any = sdk.get(name)
+        if _ok(r):
+            detail = (f"{r['wall_s']} s wall vs {r['cpu_s']} s CPU over {r['runs']} runs "
+                      f"(p50 per run {_get(r, 'run_wall', 'p50_ms')} vs "
+                      f"{_get(r, 'run_cpu', 'p50_ms')} ms)")
+            ratio = r.get("wall_over_cpu")
+            out.append(_at_most(f"{label} wall / CPU, financial", ratio, limit, detail)
+                       if limit is not None else
+                       _cmp(f"{label} wall / CPU, financial", ratio, "(no target)", None,
+                            detail))
+    chain: Any = sdk.get("ax_reuse_chain")
+    fin: Any = sdk.get("ax_reuse_financial")
+    for label, key, _ in _PEERS:
+        peer_chain: Any = _get(peers, key, "chain")
+        if _ok(chain) and _ok(peer_chain):
+            out.append(_chain_overhead(
+                f"reusable engine / {label}, chain of {chain.get('size')} per-node overhead "
+                "(p50)", label, chain, peer_chain))
+    for label, key, _ in _PEERS:
+        peer_fin: Any = _get(peers, key, "financial_sequential")
+        if _ok(fin) and _ok(peer_fin):
+            a, b = fin["wall_per_node_ms"], peer_fin["wall_per_node_ms"]
+            out.append(_at_most(f"reusable engine / {label}, financial wall time per node",
+                                _ratio(a, b), PEER_TARGET,
+                                f"ax engine.run {a} ms vs {label} {b} ms"))
+    return out
+
+
+def _vs_reconciler(rec: _Result) -> list[dict[str, Any]]:
+    """Flat: median pass time at the most finished tasks / at the fewest ≤ FLAT, and the
+    same store reads per pass (a pass that reads finished tasks is not flat however
+    fast the store is today)."""
+    out = []
+    for backend in ("sqlite", "etcd"):
+        r: Any = rec.get(backend)
+        if not _ok(r) or not r.get("points"):
+            continue
+        points = sorted(r["points"].values(), key=lambda p: p["finished"])
+        lo, hi = points[0], points[-1]
+        growth = r.get("growth")
+        same = lo["reads_per_pass"] == hi["reads_per_pass"]
+        out.append(_cmp(
+            f"reconciler pass ({backend}), {hi['finished']:,} / {lo['finished']:,} "
+            "finished tasks", growth, f"≤ {FLAT} and the same reads",
+            None if growth is None else growth <= FLAT and same,
+            f"median pass {hi['pass_median_ms']} ms vs {lo['pass_median_ms']} ms; store "
+            f"reads per pass {hi['reads_per_pass']:g} vs {lo['reads_per_pass']:g}; "
+            f"{lo['unfinished']} unfinished tasks"))
     return out
 
 
@@ -134,8 +225,10 @@ def summarize(results: _Result) -> dict[str, Any]:
     """Comparisons with the targets, and scaling growth, from raw results."""
     floors = _get(results, "floor", "floor") or {}
     emb = _get(results, "embedded", "workloads") or {}
-    lg = _get(results, "peer", "langgraph") or {}
-    comparisons = _vs_peer(emb, lg, _get(results, "scaling") or {})
+    peers = _get(results, "peer") or {}
+    comparisons = _vs_peer(emb, peers, _get(results, "scaling") or {})
+    comparisons += _vs_sdk(_get(results, "sdk") or {}, peers)
+    comparisons += _vs_reconciler(_get(results, "reconciler") or {})
     comparisons += _vs_floor("etcd+Redis in-process", _get(results, "etcd_redis",
                                                            "workloads") or {}, floors, 0.8)
     if _get(results, "api", "status") == "measured":
@@ -158,12 +251,12 @@ def summarize(results: _Result) -> dict[str, Any]:
             "wall_per_node_ms": _growth(chain, ("wall_per_node_ms",)),
             "cpu_per_node_ms": _growth(chain, ("cpu_per_node_ms",)),
         },
-        "langgraph_chain": {
-            "step_p50_ms": _growth(_get(results, "scaling", "langgraph_chain") or {},
+        **{key: {
+            "step_p50_ms": _growth(_get(results, "scaling", key) or {},
                                    ("step_interval", "p50_ms")),
-            "wall_per_node_ms": _growth(_get(results, "scaling", "langgraph_chain") or {},
+            "wall_per_node_ms": _growth(_get(results, "scaling", key) or {},
                                         ("wall_per_node_ms",)),
-        },
+        } for _, _, key in _PEERS},
         "concurrency": {
             "cpu_per_node_ms": _growth(conc, ("cpu_per_node_ms",)),
             "wall_per_node_ms": _growth(conc, ("wall_per_node_ms",)),
@@ -238,16 +331,16 @@ def _engine_rows(label: str, workloads: _Result) -> list[list[Any]]:
     return rows
 
 
-def _peer_rows(workloads: _Result) -> list[list[Any]]:
+def _peer_rows(label: str, workloads: _Result) -> list[list[Any]]:
     rows: list[list[Any]] = []
     for name, r in workloads.items():
         if not _ok(r):
-            rows.append(["LangGraph", name, f"error: {_get(r, 'error')}"] + [""] * 12)
+            rows.append([label, name, f"error: {_get(r, 'error')}"] + [""] * 12)
             continue
         step = r.get("step_interval") or {}
         size = f"{r['shape']} {r['size']}" if r.get("size") else r["shape"]
         rows.append([
-            "LangGraph", name,
+            label, name,
             f"{size} x {r['tasks']}" + (f" ({r['inflight']} in flight)"
                                         if r.get("inflight", 1) > 1 else ""),
             r["nodes"], r["nodes_per_s"], r["tasks_per_s"], r["wall_per_node_ms"],
@@ -293,14 +386,17 @@ def _scaling_md(results: _Result, summary: _Result) -> str:
                          _get(r, "process", "peak_rss_mib")])
     text += _table(["nodes", "ready→committed p50 ms", "p99 ms", "wall/node ms",
                     "CPU/node ms", "submit ms", "peak RSS MiB"], rows)
-    peer = _get(results, "scaling", "langgraph_chain") or {}
-    if peer:
-        text += "\nLangGraph chain, per node (step = interval between node starts):\n\n"
+    for label, _, key in _PEERS:
+        peer = _get(results, "scaling", key) or {}
+        if not peer:
+            continue
+        text += f"\n{label} chain, per node (step = interval between node starts):\n\n"
         rows = [[int(n), _get(r, "step_interval", "p50_ms"), _get(r, "step_interval", "p99_ms"),
-                 r["wall_per_node_ms"], r["cpu_per_node_ms"], r.get("build_s")]
+                 r["wall_per_node_ms"], r["cpu_per_node_ms"],
+                 r.get("build_s", r.get("launch_s"))]
                 for n, r in sorted(peer.items(), key=lambda kv: int(kv[0])) if _ok(r)]
         text += _table(["nodes", "step p50 ms", "p99 ms", "wall/node ms", "CPU/node ms",
-                        "build s"], rows)
+                        "build (LangGraph) / launch (DBOS) s"], rows)
     text += "\nFinancial shape (embedded) by tasks in flight, per node:\n\n"
     rows = []
     for c, r in sorted(conc.items(), key=lambda kv: int(kv[0])):
@@ -326,6 +422,58 @@ def _scaling_md(results: _Result, summary: _Result) -> str:
     return text
 
 
+def _sdk_md(sdk: _Result) -> str:
+    if not sdk:
+        return "not measured\n"
+    labels = {"ax_oneshot": "`ax.run(path, input, home=...)`, one shot per call",
+              "langgraph_oneshot": "LangGraph: open SqliteSaver + build + compile + invoke "
+                                   "+ close per call",
+              "ax_reuse_financial": "`with ax.open(home) as engine: engine.run(path, input)`",
+              "ax_reuse_chain": "`engine.run(path, input)` on one `ax.open`"}
+    rows: list[list[Any]] = []
+    for name, label in labels.items():
+        r: Any = sdk.get(name)
+        if not _ok(r):
+            rows.append([label, f"error: {_get(r, 'error')}"] + [""] * 7)
+            continue
+        shape = f"{r['shape']} {r['size']}" if r.get("size") else r.get("shape", "financial")
+        rows.append([label, f"{shape} x {r['runs']}", _get(r, "run_wall", "p50_ms"),
+                     _get(r, "run_cpu", "p50_ms"), r.get("wall_over_cpu"),
+                     r.get("wall_per_node_ms", "-"),
+                     _get(r, "node_latency", "ready_to_committed", "p50_ms") or "-",
+                     r.get("open_s", _get(r, "build_compile", "p50_ms")) or "-",
+                     _get(r, "process", "peak_rss_mib")])
+    return ("Per call: wall time (`perf_counter`) and CPU time (`time.process_time`, every "
+            "thread); wall/CPU is over all timed calls. The last-but-one column is "
+            "`ax.open`'s time in seconds, or LangGraph's build + compile p50 in ms.\n\n"
+            + _table(["workload", "runs", "wall/call p50 ms", "CPU/call p50 ms", "wall/CPU",
+                      "wall/node ms", "ready→committed p50 ms", "open s / build ms",
+                      "peak RSS MiB"], rows))
+
+
+def _reconciler_md(rec: _Result) -> str:
+    rows: list[list[Any]] = []
+    for backend in ("sqlite", "etcd"):
+        r: Any = rec.get(backend)
+        if r is None:
+            continue
+        if not _ok(r):
+            rows.append([backend, f"error: {_get(r, 'error')}"] + [""] * 7)
+            continue
+        for p in sorted(r["points"].values(), key=lambda p: p["finished"]):
+            rows.append([backend, p["finished"], p["unfinished"], p["fill_s"],
+                         p["pass_median_ms"], _get(p, "pass", "p90_ms"), p["reads_per_pass"],
+                         p["txns_per_pass"], r.get("growth")])
+    if not rows:
+        return "not measured\n"
+    return ("`Reconciler.run_once` on a store holding finished tasks (restored copies of "
+            "a financial run) and a few unfinished ones (WAITING, one RUNNING under a live "
+            "lease); median of the timed passes, store reads and transactions per pass. "
+            f"Flat: growth ≤ {FLAT} and the same reads.\n\n"
+            + _table(["store", "finished", "unfinished", "fill s", "pass median ms",
+                      "p90 ms", "reads/pass", "txns/pass", "growth"], rows))
+
+
 def markdown(results: _Result) -> str:
     """The human-readable report (``results.md``)."""
     meta = results.get("meta", {})
@@ -340,7 +488,7 @@ def markdown(results: _Result) -> str:
         f"{host.get('load_end')} at end (other work on the machine skews every figure). "
         f"Python {v.get('python')}, SQLite {v.get('sqlite')}, {v.get('etcd')}, "
         f"{v.get('redis')}, LangGraph {v.get('langgraph')} "
-        f"(checkpoint-sqlite {v.get('langgraph-checkpoint-sqlite')}).\n")
+        f"(checkpoint-sqlite {v.get('langgraph-checkpoint-sqlite')}), DBOS {v.get('dbos')}.\n")
     out.append("## Targets\n")
     rows = [[c["name"], f"{c['value']:.1%}" if c.get("percent") and c["value"] is not None
              else c["value"], c["target"], _verdict(c["met"]), c["detail"]]
@@ -351,11 +499,13 @@ def markdown(results: _Result) -> str:
     out.append("\n## Engines, same shapes\n")
     out.append("Per-node latency is `ready` → `committed` from each task's timeline for ax "
                "(it includes queueing when many nodes are ready at once) and the interval "
-               "between consecutive node starts for LangGraph (chain only). Writes are "
+               "between consecutive node (step) starts for LangGraph and DBOS (chain "
+               "only). Writes are "
                "committed write transactions per executed node. Peak RSS is the workload's "
                "own process (API runs: the API and first executor processes).\n\n")
     rows = _engine_rows("ax embedded", _get(results, "embedded", "workloads") or {})
-    rows += _peer_rows(_get(results, "peer", "langgraph") or {})
+    for label, key, _ in _PEERS:
+        rows += _peer_rows(label, _get(results, "peer", key) or {})
     rows += _engine_rows("ax etcd+Redis", _get(results, "etcd_redis", "workloads") or {})
     api = results.get("api", {})
     if api.get("status") == "measured":
@@ -372,6 +522,10 @@ def markdown(results: _Result) -> str:
         out.append(f"\nCelery: {celery.get('status')} — {celery.get('reason')}\n")
     out.append("\n## Scaling\n")
     out.append(_scaling_md(results, summary))
+    out.append("\n## The SDK as users call it\n")
+    out.append(_sdk_md(results.get("sdk") or {}))
+    out.append("\n## Reconciler pass cost\n")
+    out.append(_reconciler_md(results.get("reconciler") or {}))
     val = results.get("validation", {})
     out.append("\n## Validation of a large DAG\n")
     if _ok(val) and "literal" in val:

@@ -1,10 +1,11 @@
 """Orchestrates one benchmark run: servers, the plan of workloads, one fresh process per
 workload, progress lines, and the results files.
 
-Order of the sections: floor → ax embedded → LangGraph → ax on etcd + Redis (engine in
-process) → scaling → validation → profile → ax through API + executors. The private
-etcd and Redis of the first sections are stopped before the API's own topology starts,
-so no idle server competes for the two cores.
+Order of the sections: floor → ax embedded → peers (LangGraph, DBOS) → the SDK as users
+call it → ax on etcd + Redis (engine in process) → reconciler pass cost → scaling →
+validation → profile → ax through API + executors. The private etcd and Redis of the
+first sections are stopped before the API's own topology starts, so no idle server
+competes for the two cores.
 """
 
 from __future__ import annotations
@@ -45,6 +46,20 @@ class Sizes:
     fin_inflight: int = 50
     chain: int = 1000
     fanout: int = 1000
+    #: DBOS's financial tasks (one at a time; in flight): fewer than the others', to stay
+    #: in the time budget (each takes a few ms more per node, and more under load).
+    dbos_fin_tasks: int = 500
+    dbos_fin_conc: int = 300
+    #: The SDK: one-shot ``ax.run`` calls (and LangGraph's one-shot counterpart), runs
+    #: of the financial shape and of the chain (``chain`` nodes) on one ``ax.open``.
+    sdk_oneshot_runs: int = 100
+    sdk_reuse_runs: int = 300
+    sdk_reuse_chain_runs: int = 2
+    #: Reconciler pass cost: finished tasks in the store (ascending), unfinished ones,
+    #: timed passes per size.
+    reconciler_finished: tuple[int, ...] = (10, 10_000)
+    reconciler_unfinished: int = 5
+    reconciler_passes: int = 9
     #: ax on etcd + Redis, engine in process. The default lane waits up to the Redis
     #: poll interval per node, so its sequential counts are small.
     etcd_chain_default: int = 100
@@ -79,6 +94,9 @@ class Sizes:
 FULL = Sizes()
 QUICK = Sizes(
     floor_seconds=0.2, fin_tasks=10, fin_inflight=5, chain=20, fanout=10,
+    dbos_fin_tasks=10, dbos_fin_conc=10,
+    sdk_oneshot_runs=3, sdk_reuse_runs=5, sdk_reuse_chain_runs=1,
+    reconciler_finished=(10, 50), reconciler_passes=3,
     etcd_chain_default=3, etcd_chain_fast=10, etcd_fin_seq_default=1, etcd_fin_seq_fast=3,
     etcd_fin_conc=10, etcd_fanout=5,
     api_chain_default=3, api_chain_fast=5, api_fin_seq_default=1, api_fin_seq_fast=2,
@@ -102,13 +120,13 @@ def _versions() -> dict[str, str]:
     for name, argv in (("etcd", ["etcd", "--version"]),
                        ("redis", ["redis-server", "--version"])):
         versions[name] = _version(argv) if shutil.which(argv[0]) else "not installed"
-    try:
-        from importlib.metadata import version
+    from importlib.metadata import PackageNotFoundError, version
 
-        versions["langgraph"] = version("langgraph")
-        versions["langgraph-checkpoint-sqlite"] = version("langgraph-checkpoint-sqlite")
-    except Exception:
-        versions["langgraph"] = "not installed"
+    for name in ("langgraph", "langgraph-checkpoint-sqlite", "dbos"):
+        try:
+            versions[name] = version(name)
+        except PackageNotFoundError:
+            versions[name] = "not installed"
     return versions
 
 
@@ -121,8 +139,8 @@ class Runner:
         sections: Sections to run (default: all).
     """
 
-    SECTIONS = ("floor", "embedded", "peer", "etcd_redis", "scaling", "validation",
-                "profile", "api")
+    SECTIONS = ("floor", "embedded", "peer", "sdk", "etcd_redis", "reconciler", "scaling",
+                "validation", "profile", "api")
 
     def __init__(self, sizes: Sizes, progress: Progress,
                  sections: tuple[str, ...] | None = None) -> None:
@@ -174,6 +192,11 @@ class Runner:
     def _peer_line(r: dict[str, Any]) -> str:
         return f"{r['nodes_per_s']:.0f} nodes/s, {r['wall_per_node_ms']:.2f} ms/node"
 
+    @staticmethod
+    def _run_line(r: dict[str, Any]) -> str:
+        return (f"per run wall p50 {r['run_wall']['p50_ms']:.1f} ms, CPU p50 "
+                f"{r['run_cpu']['p50_ms']:.1f} ms, wall/CPU {r['wall_over_cpu']}")
+
     def _ax(self, label: str, **spec: Any) -> dict[str, Any]:
         spec = {"part": "axrun", "worker_concurrency": self.sizes.worker_concurrency,
                 "latency_tasks": self.sizes.latency_tasks, **spec}
@@ -209,6 +232,14 @@ class Runner:
     @property
     def _etcd(self) -> Any:
         return self._servers["etcd"]
+
+    @property
+    def _etcd_store_url(self) -> str:
+        """The etcd store URL declaring the server's ``--max-txn-ops``: the engine
+        refuses DAGs whose transactions would not fit etcd's default (128 operations)."""
+        from tests.servers import ETCD_MAX_TXN_OPS
+
+        return f"{self._etcd.url}?max_txn_ops={ETCD_MAX_TXN_OPS}"
 
     @property
     def _redis(self) -> Any:
@@ -268,23 +299,67 @@ class Runner:
     def _run_peer(self) -> None:
         s = self.sizes
         with self._section("peer") as out:
-            w = out.setdefault("langgraph", {})
-            runs = (("financial_sequential", "financial", 0, s.fin_tasks, 1),
-                    ("financial_concurrent", "financial", 0, s.fin_tasks, s.fin_inflight),
-                    ("chain", "chain", s.chain, 1, 1),
-                    ("fanout", "fanout", s.fanout, 1, 1))
-            for name, kind, size, tasks, inflight in runs:
-                w[name] = self.child(
-                    f"langgraph: {name} ({kind}{' ' + str(size) if size else ''} x {tasks}"
-                    f"{f', {inflight} in flight' if inflight > 1 else ''})",
-                    {"part": "peer", "shape": kind, "size": size, "tasks": tasks,
-                     "inflight": inflight}, self._peer_line)
+            for peer, part, fin_tasks, conc_tasks in (
+                    ("langgraph", "peer", s.fin_tasks, s.fin_tasks),
+                    ("dbos", "dbos", s.dbos_fin_tasks, s.dbos_fin_conc)):
+                w = out.setdefault(peer, {})
+                runs = (("financial_sequential", "financial", 0, fin_tasks, 1),
+                        ("financial_concurrent", "financial", 0, conc_tasks, s.fin_inflight),
+                        ("chain", "chain", s.chain, 1, 1),
+                        ("fanout", "fanout", s.fanout, 1, 1))
+                for name, kind, size, tasks, inflight in runs:
+                    w[name] = self.child(
+                        f"{peer}: {name} ({kind}{' ' + str(size) if size else ''} x {tasks}"
+                        f"{f', {inflight} in flight' if inflight > 1 else ''})",
+                        {"part": part, "shape": kind, "size": size, "tasks": tasks,
+                         "inflight": inflight}, self._peer_line)
             out["celery"] = {
                 "status": "skipped",
                 "reason": "not run: a Celery worker process and result backend on the "
                 "private Redis would not fit the ten-minute budget next to the ax/API "
-                "runs; LangGraph is the peer measured",
+                "runs; LangGraph and DBOS are the peers measured",
             }
+
+    def _run_sdk(self) -> None:
+        s = self.sizes
+        with self._section("sdk") as out:
+            base = {"part": "sdk", "latency_tasks": s.latency_tasks}
+            out["ax_oneshot"] = self.child(
+                f"sdk: ax.run x {s.sdk_oneshot_runs} (financial, one shot each)",
+                {**base, "mode": "oneshot", "shape": "financial", "runs": s.sdk_oneshot_runs},
+                self._run_line)
+            out["langgraph_oneshot"] = self.child(
+                f"sdk: langgraph open + build + compile + invoke x {s.sdk_oneshot_runs} "
+                "(financial)", {"part": "peer", "mode": "oneshot", "runs": s.sdk_oneshot_runs},
+                self._run_line)
+            out["ax_reuse_financial"] = self.child(
+                f"sdk: ax.open, engine.run x {s.sdk_reuse_runs} (financial)",
+                {**base, "mode": "reuse", "shape": "financial", "runs": s.sdk_reuse_runs},
+                self._run_line)
+            out["ax_reuse_chain"] = self.child(
+                f"sdk: ax.open, engine.run x {s.sdk_reuse_chain_runs} (chain of {s.chain})",
+                {**base, "mode": "reuse", "shape": "chain", "size": s.chain,
+                 "runs": s.sdk_reuse_chain_runs, "warmup": 1}, self._run_line)
+
+    def _run_reconciler(self) -> None:
+        s = self.sizes
+        with self._section("reconciler") as out:
+            spec = {"part": "reconciler", "finished": list(s.reconciler_finished),
+                    "unfinished": s.reconciler_unfinished, "passes": s.reconciler_passes}
+
+            def line(r: dict[str, Any]) -> str:
+                return ", ".join(f"{n} finished: pass {p['pass_median_ms']:.2f} ms, "
+                                 f"{p['reads_per_pass']:g} reads"
+                                 for n, p in r["points"].items())
+
+            out["sqlite"] = self.child("reconciler: pass cost, SQLite store", spec, line)
+            try:
+                self._start_servers()
+            except Exception as exc:
+                out["etcd"] = {"error": f"etcd did not start: {type(exc).__name__}: {exc}"}
+                return
+            out["etcd"] = self.child("reconciler: pass cost, etcd store",
+                                     {**spec, "store_url": self._etcd_store_url}, line)
 
     def _run_etcd_redis(self) -> None:
         s = self.sizes
@@ -311,7 +386,7 @@ class Runner:
                 w[name] = self._ax(
                     f"etcd+redis: {name} ({kind}{' ' + str(size) if size else ''} x {tasks})",
                     shape=kind, size=size, tasks=tasks, inflight=inflight, lane=lane,
-                    store_url=self._etcd.url,
+                    store_url=self._etcd_store_url,
                     queue_url=f"{self._redis.url}/0?prefix=bench{i}", server_pids=pids)
 
     def _run_scaling(self) -> None:
@@ -347,6 +422,18 @@ class Runner:
                                           {"part": "peer", "shape": "chain", "size": n,
                                            "tasks": 1, "inflight": 1}, self._peer_line)
             out["langgraph_chain"] = peer
+            dbos: dict[str, Any] = {}
+            reuse = self.results.get("peer", {}).get("dbos", {}).get("chain")
+            for n in s.scale_chain:
+                if n > s.chain:
+                    continue
+                if n == s.chain and reuse and "error" not in reuse:
+                    dbos[str(n)] = reuse
+                    continue
+                dbos[str(n)] = self.child(f"scaling: dbos chain of {n}",
+                                          {"part": "dbos", "shape": "chain", "size": n,
+                                           "tasks": 1, "inflight": 1}, self._peer_line)
+            out["dbos_chain"] = dbos
 
     def _run_validation(self) -> None:
         with self._section("validation") as out:

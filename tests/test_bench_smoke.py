@@ -39,6 +39,15 @@ def _check_engine(name: str, r: Mapping[str, Any]) -> None:
     assert isinstance(r["anomalies"], dict) and r["event_kinds"]["committed"] > 0, name
 
 
+def _peer_missing(r: Mapping[str, Any]) -> bool:
+    """True when a peer's workload failed because the bench extra is not installed (the
+    only acceptable failure); any other error fails the test."""
+    if "error" not in r:
+        return False
+    assert "scripts/bootstrap bench" in "\n".join(r.get("stderr_tail", [])), r
+    return True
+
+
 @pytest.fixture(scope="module")
 def quick_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str, str]:
     out = tmp_path_factory.mktemp("bench")
@@ -62,6 +71,7 @@ def test_every_section_is_present(quick_run: tuple[dict[str, Any], str, str]) ->
     assert results["meta"]["quick"] is True
     assert len(results["meta"]["host"]["load_start"]) == 3
     for heading in ("## Targets", "## Floor", "## Engines, same shapes", "## Scaling",
+                    "## The SDK as users call it", "## Reconciler pass cost",
                     "## Validation of a large DAG", "## Profile"):
         assert heading in markdown
     # Progress lines carry the elapsed time.
@@ -88,7 +98,8 @@ def test_floor_and_engines_are_well_formed(
         assert len(results["scaling"][group]) >= 2
         for name, r in results["scaling"][group].items():
             _check_engine(f"scaling/{group}/{name}", r)
-    assert set(results["scaling"]["langgraph_chain"]) <= set(results["scaling"]["chain"])
+    for peer in ("langgraph_chain", "dbos_chain"):
+        assert set(results["scaling"][peer]) <= set(results["scaling"]["chain"]), peer
 
 
 @pytest.mark.timeout(600)
@@ -96,13 +107,18 @@ def test_peer_api_validation_profile_and_summary(
         quick_run: tuple[dict[str, Any], str, str]) -> None:
     results = quick_run[0]
     peer = results["peer"]["langgraph"]
-    assert set(peer) == {"financial_sequential", "financial_concurrent", "chain", "fanout"}
-    for r in peer.values():
-        if "error" in r:
-            # Only acceptable reason: the bench extra is not installed in this venv.
-            assert "scripts/bootstrap bench" in "\n".join(r.get("stderr_tail", [])), r
-        else:
+    for name in ("langgraph", "dbos"):
+        workloads = results["peer"][name]
+        assert set(workloads) == {"financial_sequential", "financial_concurrent", "chain",
+                                  "fanout"}, name
+        for r in workloads.values():
+            if _peer_missing(r):
+                continue
             assert r["nodes"] == r["nodes_per_task"] * r["tasks"] and r["nodes_per_s"] > 0
+            if name == "dbos":
+                # Every step's output is in the system database, on a durable SQLite.
+                assert r["recorded_steps"] == r["nodes"], r
+                assert r["sqlite"] == {"journal_mode": "wal", "synchronous": 2}, r
     assert results["peer"]["celery"]["status"] == "skipped"
 
     api = results["api"]
@@ -129,3 +145,43 @@ def test_peer_api_validation_profile_and_summary(
         assert set(c) >= {"name", "value", "target", "met", "detail"}
     growth = results["summary"]["scaling"]["chain"]["wall_per_node_ms"]["growth"]
     assert growth is not None and growth > 0
+
+
+@pytest.mark.timeout(600)
+def test_sdk_and_reconciler_are_well_formed(
+        quick_run: tuple[dict[str, Any], str, str]) -> None:
+    results = quick_run[0]
+    sizes = results["meta"]["sizes"]
+    sdk = results["sdk"]
+    assert set(sdk) >= {"ax_oneshot", "ax_reuse_financial", "ax_reuse_chain",
+                        "langgraph_oneshot"}
+    for name in ("ax_oneshot", "ax_reuse_financial", "ax_reuse_chain"):
+        r = sdk[name]
+        assert "error" not in r, f"sdk/{name}: {r.get('error')} {r.get('stderr_tail')}"
+        assert r["statuses"] == {"SUCCEEDED": r["runs"]}, name
+        assert r["run_wall"]["n"] == r["run_cpu"]["n"] == r["runs"] > 0, name
+        assert r["wall_over_cpu"] > 0 and r["nodes"] == r["nodes_per_task"] * r["runs"], name
+        assert r["node_latency"]["ready_to_committed"]["n"] > 0, name
+    assert sdk["ax_reuse_chain"]["size"] == sizes["chain"]
+    assert sdk["ax_reuse_financial"]["open_s"] > 0
+    if not _peer_missing(sdk["langgraph_oneshot"]):
+        assert sdk["langgraph_oneshot"]["run_wall"]["n"] == sizes["sdk_oneshot_runs"]
+
+    rec = results["reconciler"]
+    assert "error" not in rec["sqlite"], rec["sqlite"]
+    for backend in ("sqlite", "etcd"):
+        r = rec[backend]
+        if backend == "etcd" and "error" in r:
+            continue  # etcd did not start: reported, not made up
+        assert set(r["points"]) == {str(n) for n in sizes["reconciler_finished"]}, backend
+        for p in r["points"].values():
+            # Every unfinished task is looked at; a pass reads the store.
+            assert p["tasks_seen"] == p["unfinished"] == sizes["reconciler_unfinished"]
+            assert p["reads_per_pass"] > 0 and p["pass"]["n"] == sizes["reconciler_passes"]
+        assert r["growth"] is not None and r["growth"] > 0
+
+    names = [c["name"] for c in results["summary"]["comparisons"]]
+    assert any(n.startswith("reconciler pass (sqlite)") for n in names)
+    assert any(n.startswith("one-shot ax.run wall / CPU") for n in names)
+    assert any(n.startswith("reusable engine / ") for n in names) or any(
+        _peer_missing(r) for r in results["peer"]["langgraph"].values())

@@ -15,12 +15,15 @@ A DAG with any problem raises :class:`~axengine.errors.DagError` listing all of 
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import gc
 import json
 import math
 import os
 import re
-from collections.abc import Collection, Mapping
+import threading
+from collections.abc import Collection, Iterator, Mapping
 from typing import Any
 
 import yaml
@@ -52,6 +55,8 @@ MAX_DEPTH = 64
 
 _TAG = "tag:yaml.org,2002:"
 _SCALAR_TAGS = frozenset(_TAG + t for t in ("null", "bool", "int", "float"))
+_STR_TAG, _SEQ_TAG, _MAP_TAG = _TAG + "str", _TAG + "seq", _TAG + "map"
+_NULL_TAG, _MERGE_TAG, _TIMESTAMP_TAG = _TAG + "null", _TAG + "merge", _TAG + "timestamp"
 # A value that starts with "{{" or "{%" right after "key:", "-", "[" or ",".
 _UNQUOTED = re.compile(r"(?:^|[:\[,-])\s*(\{[{%].*[}%]\})")
 _KEY = re.compile(r"^\s*(?:-\s+)?([A-Za-z_][\w.-]*)\s*:\s")
@@ -67,20 +72,32 @@ class _Loader(_BaseLoader):  # type: ignore[misc,valid-type]
 
     Implicit scalar tags depend on the text alone, and a DAG repeats the same few words
     (``type``, ``tool_call``, ``next``...) thousands of times: memoising the tag of
-    each plain scalar halves the composing time of a large DAG.
+    each plain scalar halves the composing time of a large DAG. Any other node gets the
+    default tag of its kind, memoised too: the safe loader has no path resolvers, which
+    is also why descending and ascending them (twice per node) can do nothing at all.
     """
 
     def __init__(self, stream: str) -> None:
         super().__init__(stream)
         self._scalar_tags: dict[str, str] = {}
+        self._kind_tags: dict[type[YamlNode], str] = {}
 
     def resolve(self, kind: type[YamlNode], value: Any, implicit: tuple[bool, bool]) -> str:
         if kind is not ScalarNode or not implicit[0]:
-            return str(super().resolve(kind, value, implicit))
+            tag = self._kind_tags.get(kind)
+            if tag is None:
+                tag = self._kind_tags[kind] = str(super().resolve(kind, value, implicit))
+            return tag
         tag = self._scalar_tags.get(value)
         if tag is None:
             tag = self._scalar_tags[value] = str(super().resolve(kind, value, implicit))
         return tag
+
+    def descend_resolver(self, current_node: YamlNode | None, current_index: Any) -> None:
+        pass
+
+    def ascend_resolver(self) -> None:
+        pass
 
 
 class _Abort(Exception):
@@ -100,6 +117,8 @@ class _TreeBuilder:
         self.problems: list[DagProblem] = []
         self.count = 0
         self.constructor = SafeConstructor()
+        #: Values of the non-string scalars met, by (tag, text): a DAG repeats a few.
+        self._constants: dict[tuple[str, str], Any] = {}
         self._lines: list[str] | None = None
 
     def line_text(self, number: int) -> str:
@@ -167,37 +186,32 @@ class _TreeBuilder:
         if depth > MAX_DEPTH:
             raise _Abort(self._too_deep(node.start_mark.line + 1))
         if isinstance(node, ScalarNode):
-            return self._scalar(node)
+            return node.value if node.tag == _STR_TAG else self._scalar(node)
         if isinstance(node, SequenceNode):
-            if node.tag != _TAG + "seq":
+            if node.tag != _SEQ_TAG:
                 self._unsupported(node)
             seq = LineList(node.start_mark.line + 1)
             for item in node.value:
                 seq.append(self.build(item, depth + 1))
-                seq.item_pos.append(self._pos(item))
+                seq.item_pos.append(_pos(item))
             return seq
         assert isinstance(node, MappingNode)
         return self._mapping(node, depth)
 
-    def _pos(self, node: YamlNode) -> Pos:
-        start = node.start_mark.line + 1
-        style = getattr(node, "style", None)
-        if style in ("|", ">"):
-            return start + 1, style == "|"
-        # A one-line "...\n..." holds several template lines on one file line.
-        one_line = node.end_mark.line + 1 == start
-        return start, one_line and not (isinstance(node.value, str) and "\n" in node.value)
-
     def _scalar(self, node: ScalarNode) -> Any:
-        if node.tag == _TAG + "str":
+        if node.tag == _STR_TAG:
             return node.value
         if node.tag in _SCALAR_TAGS:
-            value = self.constructor.construct_object(node)
+            constant = (node.tag, node.value)
+            if constant in self._constants:
+                value = self._constants[constant]
+            else:
+                value = self._constants[constant] = self.constructor.construct_object(node)
             if isinstance(value, float) and not math.isfinite(value):
                 self.problems.append(_not_json_number(node.value, self.file,
                                                       node.start_mark.line + 1))
             return value
-        if node.tag == _TAG + "timestamp":
+        if node.tag == _TIMESTAMP_TAG:
             return node.value  # dates stay text: the stored DAG is JSON
         self._unsupported(node)
         return node.value
@@ -213,7 +227,7 @@ class _TreeBuilder:
         pairs = node.value
         if (
             len(pairs) == 1 and isinstance(pairs[0][0], MappingNode)
-            and isinstance(pairs[0][1], ScalarNode) and pairs[0][1].tag == _TAG + "null"
+            and isinstance(pairs[0][1], ScalarNode) and pairs[0][1].tag == _NULL_TAG
         ):
             # `key: {{ .x }}` reads as {{".x": null}: null}; keep the text so the
             # other checks see the string that was meant.
@@ -222,12 +236,13 @@ class _TreeBuilder:
                 line, source, self.line_text(line), "YAML reads it as a mapping, not a string"
             ))
             return source
-        if node.tag != _TAG + "map":
+        if node.tag != _MAP_TAG:
             self._unsupported(node)
         result = LineMap(line)
+        key_lines, value_pos = result.key_lines, result.value_pos
         merges: list[YamlNode] = []
         for key_node, value_node in pairs:
-            if key_node.tag == _TAG + "merge":
+            if key_node.tag == _MERGE_TAG:
                 merges.append(value_node)
                 continue
             key_line = key_node.start_mark.line + 1
@@ -247,9 +262,15 @@ class _TreeBuilder:
                     hint="remove or rename one of them",
                 ))
                 continue
-            result[key] = self.build(value_node, depth + 1)
-            result.key_lines[key] = key_line
-            result.value_pos[key] = self._pos(value_node)
+            if (isinstance(value_node, ScalarNode) and value_node.tag == _STR_TAG
+                    and self.count < MAX_YAML_NODES and depth < MAX_DEPTH):
+                # Most values are strings: what build() does with one, without the call.
+                self.count += 1
+                result[key] = value_node.value
+            else:
+                result[key] = self.build(value_node, depth + 1)
+            key_lines[key] = key_line
+            value_pos[key] = _pos(value_node)
         for merge in merges:  # `<<: *defaults`: explicit keys win, earlier merges win
             sources = merge.value if isinstance(merge, SequenceNode) else [merge]
             for merge_source in sources:
@@ -265,6 +286,18 @@ class _TreeBuilder:
                         result.key_lines[key] = merged.key_lines[key]
                         result.value_pos[key] = merged.value_pos[key]
         return result
+
+
+def _pos(node: YamlNode) -> Pos:
+    """Where a value's content starts, and whether its lines are the file's lines."""
+    start = node.start_mark.line + 1
+    if isinstance(node, ScalarNode):
+        style = node.style
+        if style == "|" or style == ">":
+            return start + 1, style == "|"
+        # A one-line "...\n..." holds several template lines on one file line.
+        return start, node.end_mark.line + 1 == start and "\n" not in node.value
+    return start, node.end_mark.line + 1 == start
 
 
 def _measure(data: Any, file: str) -> DagProblem | None:
@@ -319,10 +352,47 @@ def _handler_settings() -> Mapping[str, Any]:
     return AxConfig.from_env().resolved_handler_settings
 
 
+class _CollectorPause:
+    """Pauses Python's cyclic garbage collector while DAGs load, in any thread.
+
+    Loading a large DAG allocates hundreds of thousands of objects that all stay alive
+    until it ends (the YAML node graph, then the tree and the nodes), and the collector
+    runs full collections over all of them as they pile up: for 10,000 nodes that was
+    over half of the loading time, to free nothing (what a load drops goes by reference
+    counting; anything cyclic, such as an exception's traceback, is collected once the
+    collector runs again). The first load in progress pauses the collector and the last
+    one resumes it, unless it was already off when the first started.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._loads = 0
+        self._resume = False
+
+    @contextlib.contextmanager
+    def __call__(self) -> Iterator[None]:
+        with self._lock:
+            if self._loads == 0:
+                self._resume = gc.isenabled()
+                gc.disable()
+            self._loads += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._loads -= 1
+                if self._loads == 0 and self._resume:
+                    gc.enable()
+
+
+_collector_paused = _CollectorPause()
+
+
 def _sorted(problems: list[DagProblem]) -> list[DagProblem]:
     return sorted(problems, key=lambda p: (p.line == 0, p.line))
 
 
+@_collector_paused()
 def _load_tree(
     tree: Any, file: str, tools: Collection[str] | None, models: Collection[str] | None,
     problems: list[DagProblem],
@@ -340,6 +410,7 @@ def _load_tree(
     return dag, []
 
 
+@_collector_paused()
 def _load_text(
     text: str, file: str, tools: Collection[str] | None, models: Collection[str] | None
 ) -> tuple[Dag | None, list[DagProblem]]:

@@ -62,6 +62,15 @@ _REQUIRED: Mapping[str, tuple[str, ...]] = {
     "condition": ("expression",),
     "human_gateway": (),
 }
+#: Per node type: the fields it has, the fields checked as known (its own and the executor
+#: fields, which get their own message), and the other types' fields (for the hint).
+_ALLOWED: Mapping[str, tuple[str, ...]] = {
+    t: (*_COMMON_FIELDS, *names) for t, names in _TYPE_FIELDS.items()
+}
+_KNOWN: Mapping[str, tuple[str, ...]] = {t: (*_ALLOWED[t], *_EXECUTOR_FIELDS) for t in _ALLOWED}
+_OTHERS: Mapping[str, Mapping[str, tuple[str, ...]]] = {
+    t: {o: f for o, f in _TYPE_FIELDS.items() if o != t} for t in _TYPE_FIELDS
+}
 _EDGE_FIELDS = ("target", "condition", "when")
 _MISSING_HINT: Mapping[str, str] = {
     "tool": "name the tool, e.g. `tool: pdf_parser`",
@@ -127,6 +136,8 @@ def _item_pos(seq: Sequence[Any], index: int) -> Pos:
 
 def _plain(value: Any) -> Any:
     """Deep copy without the line annotations (what the stored DAG keeps)."""
+    if isinstance(value, str):  # most values: and no ABC check for them
+        return value
     if isinstance(value, Mapping):
         return {str(k): _plain(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
@@ -328,8 +339,10 @@ class DagBuilder:
             self.problem("not-a-mapping", f"node must be a mapping with `type:`, not "
                          f"{_kind(raw)}", line, nid)
             return Node(id=nid, type="", line=line)
+        key_lines = raw.key_lines if isinstance(raw, LineMap) else {}
+        default_line = _line(raw)
         for key in raw:
-            self.field_lines[(nid, str(key))] = _key_line(raw, key)
+            self.field_lines[(nid, str(key))] = key_lines.get(key, default_line)
         raw_type = raw.get("type")
         ntype = raw_type if isinstance(raw_type, str) and raw_type in NODE_TYPES else ""
         if "type" not in raw:
@@ -341,9 +354,8 @@ class DagBuilder:
                          _key_line(raw, "type"), nid, "type",
                          f"{close + ' ' if close else ''}types: {', '.join(NODE_TYPES)}")
         if ntype:
-            allowed = (*_COMMON_FIELDS, *_TYPE_FIELDS[ntype])
-            others = {t: f for t, f in _TYPE_FIELDS.items() if t != ntype}
-            self._fields(raw, (*allowed, *_EXECUTOR_FIELDS), nid, other=others)
+            allowed = _ALLOWED[ntype]
+            self._fields(raw, _KNOWN[ntype], nid, other=_OTHERS[ntype])
             for key in _EXECUTOR_FIELDS:
                 if key in raw and key not in allowed:
                     self.problem(

@@ -34,9 +34,6 @@ __all__ = [
 #: At most this many cycles are reported for one DAG (each back edge closes one).
 MAX_REPORTED_CYCLES = 20
 
-#: Characters that make a string a template; strings without them render as themselves.
-_TEMPLATE_MARKERS = ("{{", "{%", "{#")
-
 SiteKind = Literal["template", "prompt", "guard", "expression"]
 _TEMPLATE_HINT = ("templates are Jinja2 in {{ }}, e.g. \"{{ .input.x }}\"; quote the "
                   "whole value in YAML")
@@ -154,7 +151,7 @@ def _topological_order(successors: Mapping[str, Sequence[str]]) -> list[str] | N
 
 def has_template(source: str) -> bool:
     """Whether ``source`` has template markup (plain text renders as itself)."""
-    return any(marker in source for marker in _TEMPLATE_MARKERS)
+    return "{{" in source or "{%" in source or "{#" in source
 
 
 def _source_of(site: TemplateSite) -> str:
@@ -361,21 +358,22 @@ class _Checker:
             node = self.nodes.get(site.node)
             if node is None or node.type not in NODE_TYPES:
                 continue
-            what = _site_name(site)
             try:
                 if site.kind == "expression":
-                    # Compiles either form; None (any label) for the template form.
+                    # Checks either form; None (any label) for the template form.
                     self.labels[site.node] = template.expression_labels(site.source)
                 elif site.kind != "guard" and not has_template(site.source):
                     continue
-                # The walk reuses the tree compiled above (or compiles it, cached).
+                # Simple forms are read without Jinja, the others from the tree compiled
+                # above or now (cached): nothing is compiled twice.
                 found = template.check_template(site.source, kind=site.kind)
             except TemplateError as exc:
                 self.labels.setdefault(site.node, None)
                 unsafe = isinstance(exc, TemplateSecurityError)
+                what = "is refused" if unsafe else "does not compile"
                 self.problem(
                     "unsafe-template" if unsafe else "template-syntax",
-                    f"{what} {'is refused' if unsafe else 'does not compile'}: {exc}",
+                    f"{_site_name(site)} {what}: {exc}",
                     line=_error_line(site, getattr(exc, "line", 0)),
                     node=site.node,
                     field=site.field,
@@ -385,7 +383,7 @@ class _Checker:
             for found_problem in found:
                 self.problem(
                     found_problem.code,
-                    f"{what}: {found_problem.message}",
+                    f"{_site_name(site)}: {found_problem.message}",
                     line=_error_line(site, found_problem.line),
                     node=site.node,
                     field=site.field,

@@ -32,10 +32,13 @@ Layout, each module depending only on those above it:
 * ``_sandbox``: the environment, allowlisted attributes and calls, intercepted operators.
 * ``_normalize``: leading-dot rewriting.
 * ``_compiler``: compiling (cached) and running one template.
+* ``_simple``: the simple forms (paths, comparisons, known filters) that the static check
+  reads without Jinja, so that validating a large DAG compiles nothing.
 * ``_api``: :func:`render`, :func:`render_value`, :func:`evaluate_guard`, the context.
 * ``_expression``: the ``if/elif/else`` form of a condition node.
 * ``_static``: :func:`check_template`, the static check ``ax validate`` runs: names,
-  ``_`` attributes and calls the sandbox would refuse, found in the syntax tree.
+  ``_`` attributes and calls the sandbox would refuse, found in the syntax tree (or, for
+  the simple forms, in the paths ``_simple`` lists).
 * ``_refs``: :func:`referenced_nodes`, from the same walk of the syntax tree.
 """
 

@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Mapping
-from typing import Any, cast
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar, cast
 
 from axengine.errors import TemplateError
 from axengine.template._api import _truthy, render
 from axengine.template._budget import _error, _guarded
 from axengine.template._compiler import _compile_condition, _Compiled, _compiled, _run
 from axengine.template._normalize import _has_markup
+from axengine.template._simple import condition_reads, template_reads
 
 _CLAUSE = re.compile(r"(if|elif|else)\b")
+_C = TypeVar("_C")
 _LABEL = re.compile(r"[A-Za-z_][A-Za-z0-9_]*|'[^'\\]+'|\"[^\"\\]+\"")
 
 
@@ -59,9 +61,18 @@ def _split_clause(rest: str, line: int) -> tuple[str, str]:
     return rest[:i].strip(), label.strip("'\"")
 
 
-@functools.lru_cache(maxsize=512)
-def _if_form(source: str) -> tuple[_Clause, ...]:
-    clauses: list[_Clause] = []
+def _clauses(
+    source: str, make: Callable[[str, int], _C]
+) -> tuple[tuple[int, _C | None, str], ...]:
+    """Read the ``if/elif/else`` form: (line, condition, label) per clause, the condition
+    None for ``else``.
+
+    ``make(code, line_base)`` makes of each condition what the caller needs: its
+    compiled form to run it, its analysis to check it. It is called clause by clause as
+    the form is read, so every caller meets the same first error.
+    """
+    clauses: list[tuple[int, _C | None, str]] = []
+    closed = False  # an `else` was read
     last = 1
     for last, raw in enumerate(source.splitlines(), 1):
         text = raw.strip()
@@ -71,7 +82,7 @@ def _if_form(source: str) -> tuple[_Clause, ...]:
         if match is None:
             raise _error(TemplateError, f"expected if/elif/else, got {text[:40]!r}", last)
         keyword = match.group(1)
-        if clauses and clauses[-1].condition is None:
+        if closed:
             raise _error(TemplateError, "nothing may follow the final 'else:'", last)
         if keyword == "if" and clauses:
             raise _error(TemplateError, "only the first clause is 'if'; use 'elif'", last)
@@ -81,15 +92,30 @@ def _if_form(source: str) -> tuple[_Clause, ...]:
         if keyword == "else":
             if condition:
                 raise _error(TemplateError, "'else' takes no condition; use 'elif'", last)
-            clauses.append(_Clause(last, None, label))
+            clauses.append((last, None, label))
+            closed = True
         elif not condition:
             raise _error(TemplateError, f"empty condition after '{keyword}'", last)
         else:
-            clauses.append(_Clause(last, _compile_condition(condition, last - 1), label))
-    if not clauses or clauses[-1].condition is not None:
+            clauses.append((last, make(condition, last - 1), label))
+    if not closed:
         hint = "end with 'else: <label>' so the condition always yields a label"
         raise _error(TemplateError, f"missing final 'else:' ({hint})", last)
     return tuple(clauses)
+
+
+@functools.lru_cache(maxsize=512)
+def _if_form(source: str) -> tuple[_Clause, ...]:
+    """The ``if/elif/else`` form with its conditions compiled, to run it."""
+    return tuple(_Clause(line, condition, label)
+                 for line, condition, label in _clauses(source, _compile_condition))
+
+
+def _check_condition(code: str, line_base: int) -> None:
+    """Raise what compiling ``code`` raises, without compiling a simple form (which
+    always compiles: :mod:`axengine.template._simple`)."""
+    if condition_reads(code) is None:
+        _compile_condition(code, line_base)
 
 
 def _not_an_expression(source: str) -> TemplateError:
@@ -151,8 +177,10 @@ def expression_labels(source: str) -> tuple[str, ...] | None:
             condition or template; ``line`` is the line within ``source``.
     """
     if _is_if_form(source):
-        return tuple(dict.fromkeys(clause.label for clause in _if_form(source)))
+        clauses = _clauses(source, _check_condition)
+        return tuple(dict.fromkeys(label for _, _, label in clauses))
     if not _has_markup(source):
         raise _not_an_expression(source)
-    _compiled(source)
+    if template_reads(source) is None:  # a simple form always compiles
+        _compiled(source)
     return None

@@ -21,6 +21,15 @@ from axengine.template._values import (
     _weigh,
 )
 
+#: Filters that read the attribute an argument names: its position after the value
+#: (``None``: only as ``attribute=``); ``map`` is handled apart. For the static check.
+_ATTRIBUTE_ARGUMENT: dict[str, int | None] = {
+    "attr": 0, "groupby": 0, "selectattr": 0, "rejectattr": 0, "sum": 0, "join": 1,
+    "unique": 1, "min": 1, "max": 1, "sort": 2,
+}
+#: Filters whose first argument names a test (``select('odd')``), with its position.
+_TEST_ARGUMENT = {"select": 0, "reject": 0, "selectattr": 1, "rejectattr": 1}
+
 
 def _charged(func: Callable[..., Any]) -> Callable[..., Any]:
     """Wrap a filter so that what it builds is charged to the render's budget."""

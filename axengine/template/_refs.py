@@ -1,15 +1,14 @@
 """Which nodes a template reads, found in its syntax tree (for validation).
 
-The ids come from the static walk of :mod:`axengine.template._static`, which finds them
-in the same pass as the problems it reports, on the tree the compiler already parsed.
+The ids come from the static analysis of :mod:`axengine.template._static`, which finds
+them in the same pass as the problems it reports (without Jinja for the simple forms).
 """
 
 from __future__ import annotations
 
-from axengine.template._compiler import _compiled
-from axengine.template._expression import _if_form, _is_if_form
+from axengine.template._expression import _is_if_form
 from axengine.template._normalize import _has_markup
-from axengine.template._static import _analyse
+from axengine.template._static import _if_analyses, _template_analysis
 
 
 def referenced_nodes(source: str) -> frozenset[str] | None:
@@ -28,12 +27,12 @@ def referenced_nodes(source: str) -> frozenset[str] | None:
         TemplateError: The source does not compile.
     """
     if _has_markup(source):
-        return _analyse(_compiled(source)).refs
+        return _template_analysis(source).refs
     if not _is_if_form(source):
         return frozenset()
     found: set[str] = set()
-    for clause in _if_form(source):
-        ids = _analyse(clause.condition).refs if clause.condition else frozenset[str]()
+    for _, analysis, _ in _if_analyses(source):
+        ids = analysis.refs if analysis is not None else frozenset[str]()
         if ids is None:
             return None
         found |= ids

@@ -26,6 +26,12 @@ output has one and the dict method otherwise, and ``'a' * n`` is only too big fo
 One iterative walk (no recursion, so deep trees are fine) gives the problems, the names
 the template reads from its context and the ``nodes.<id>`` it references
 (:mod:`axengine.template._refs`); it is cached with the compiled template.
+
+Validating a DAG must not cost a Jinja compile per template (5 s for 10,000 nodes), so a
+template in one of the simple forms of :mod:`axengine.template._simple` (paths,
+comparisons, known filters, text around them) is not given to Jinja at all: the paths it
+reads give the analysis the walk would (:func:`_reads_analysis`). Every other template is
+parsed and compiled as at run time, and walked.
 """
 
 from __future__ import annotations
@@ -41,7 +47,8 @@ from jinja2 import nodes
 from axengine.errors import TemplateLimitError
 from axengine.template._budget import _MAX_SOURCE_CHARS, _error
 from axengine.template._compiler import _RESULT, _compile_condition, _Compiled, _compiled
-from axengine.template._expression import _if_form, _is_if_form, _not_an_expression
+from axengine.template._expression import _clauses, _is_if_form, _not_an_expression
+from axengine.template._filters import _ATTRIBUTE_ARGUMENT, _TEST_ARGUMENT
 from axengine.template._normalize import _has_markup
 from axengine.template._sandbox import (
     _ENV,
@@ -49,6 +56,7 @@ from axengine.template._sandbox import (
     _SEQUENCE_METHODS,
     _STR_METHODS,
 )
+from axengine.template._simple import Read, condition_reads, template_reads
 
 #: Which template a source is: where it is written decides how it is read and what it sees
 #: (``prompt``: an ``llm_call``'s prompt or a gate's description, which also see ``node``).
@@ -69,14 +77,6 @@ _ALLOWED: dict[str, frozenset[str]] = {
 _CALLABLE = _STR_METHODS | _MAPPING_METHODS | _SEQUENCE_METHODS | {"cycle", "changed"}
 #: Names a template may call besides its own macros.
 _CALLABLE_NAMES = frozenset({"range", "caller", "loop"})
-#: Filters that read the attribute an argument names: its position after the value
-#: (``None``: only as ``attribute=``); ``map`` is handled apart.
-_ATTRIBUTE_ARGUMENT: dict[str, int | None] = {
-    "attr": 0, "groupby": 0, "selectattr": 0, "rejectattr": 0, "sum": 0, "join": 1,
-    "unique": 1, "min": 1, "max": 1, "sort": 2,
-}
-#: Filters whose first argument names a test (``select('odd')``), with its position.
-_TEST_ARGUMENT = {"select": 0, "reject": 0, "selectattr": 1, "rejectattr": 1}
 #: Names people try that plain Jinja, Flask or Ansible would provide.
 _FOREIGN_NAMES = frozenset(
     {"lipsum", "cycler", "joiner", "namespace", "dict", "self", "super", "config"}
@@ -234,8 +234,7 @@ class _Walker:
     def attribute(self, owner: nodes.Node | None, name: str, line: int, called: bool,
                   spelled: str) -> None:
         if name.startswith("_"):
-            self.report(_UNSAFE, f"reads {spelled}: names starting with '_' are Python "
-                        "internals, never data", line, _DATA_HINT)
+            self.report(_UNSAFE, _internal_message(spelled), line, _DATA_HINT)
             return
         literal = _literal_names(owner) if owner is not None else None
         if literal is None:
@@ -355,6 +354,39 @@ _VISITORS: dict[type[nodes.Node], Callable[[_Walker, Any], None]] = {
 }
 
 
+def _internal_message(spelled: str) -> str:
+    return f"reads {spelled}: names starting with '_' are Python internals, never data"
+
+
+def _reads_analysis(reads: tuple[Read, ...]) -> _Analysis:
+    """What the walk would find in the tree of a simple template (:mod:`._simple`).
+
+    Such a tree has no definitions, calls, filters or tests the walk reports on: only
+    ``Name`` nodes, each under the ``Getattr``/``Getitem`` nodes of its path. ``reads``
+    come in the order of their nodes in the tree; the walk meets them last first and
+    each path's parts outside in, and keeps the first of equal problems and the first
+    insertion of a name: so do the loops below.
+    """
+    problems: dict[tuple[str, str, int], TemplateProblem] = {}
+    loads: dict[str, int] = {}
+    refs: set[str] = set()
+    dynamic = False
+    for read in reversed(reads):
+        for spelled in reversed(read.internal):
+            message = _internal_message(spelled)
+            problems.setdefault((_UNSAFE, message, read.line),
+                                TemplateProblem(_UNSAFE, message, read.line, _DATA_HINT))
+        if read.head == "nodes":
+            if read.key is None:
+                dynamic = True  # `nodes` itself, or nodes[0]
+            else:
+                refs.add(read.key)
+        if read.line < loads.get(read.head, read.line + 1):
+            loads[read.head] = read.line
+    return _Analysis(tuple(problems.values()), tuple(loads.items()),
+                     None if dynamic else frozenset(refs))
+
+
 def _close(word: str, candidates: Iterable[str]) -> str | None:
     close = difflib.get_close_matches(word, list(candidates), n=1, cutoff=0.6)
     return f"did you mean {close[0]!r}?" if close else None
@@ -370,6 +402,33 @@ def _method_hint(method: str) -> str:
 def _analyse(compiled: _Compiled) -> _Analysis:
     """The static analysis of a compiled template (its tree), cached with it."""
     return _Walker().walk(compiled.tree)
+
+
+@functools.lru_cache(maxsize=4096)
+def _template_analysis(source: str) -> _Analysis:
+    """The analysis of a template with markup: read without Jinja when it is a simple
+    form, else from the tree the compiler parsed (raising what compiling raises)."""
+    reads = template_reads(source)
+    if reads is not None:
+        return _reads_analysis(reads)
+    return _analyse(_compiled(source))
+
+
+@functools.lru_cache(maxsize=1024)
+def _condition_analysis(code: str, line_base: int) -> _Analysis:
+    """The analysis of bare expression code (a guard without braces, an ``if``
+    condition), as :func:`_template_analysis`; lines are relative to the code."""
+    reads = condition_reads(code)
+    if reads is not None:
+        return _reads_analysis(reads)
+    return _analyse(_compile_condition(code, line_base))
+
+
+@functools.lru_cache(maxsize=512)
+def _if_analyses(source: str) -> tuple[tuple[int, _Analysis | None, str], ...]:
+    """The ``if/elif/else`` form: (line, analysis of its condition, label) per clause;
+    raises what :func:`~axengine.template._expression._if_form` raises."""
+    return _clauses(source, _condition_analysis)
 
 
 def _unknown_name(name: str, line: int, kind: TemplateKind) -> TemplateProblem:
@@ -398,13 +457,14 @@ def _unknown_name(name: str, line: int, kind: TemplateKind) -> TemplateProblem:
 def _analyses(source: str, kind: TemplateKind) -> list[tuple[_Analysis, int]]:
     """Each compiled part of ``source`` with the line offset of its tree."""
     if kind == "expression" and _is_if_form(source):
-        return [(_analyse(c.condition), c.line - 1) for c in _if_form(source) if c.condition]
+        return [(analysis, line - 1) for line, analysis, _ in _if_analyses(source)
+                if analysis is not None]
     if _has_markup(source):
-        return [(_analyse(_compiled(source)), 0)]
+        return [(_template_analysis(source), 0)]
     if kind == "guard":  # a bare guard is one expression, as evaluate_guard reads it
         if len(source) > _MAX_SOURCE_CHARS:
             raise _error(TemplateLimitError, f"guard longer than {_MAX_SOURCE_CHARS} characters")
-        return [(_analyse(_compile_condition(source, 0)), 0)]
+        return [(_condition_analysis(source, 0), 0)]
     if kind == "expression":
         raise _not_an_expression(source)
     return []  # plain text renders as itself
@@ -412,8 +472,8 @@ def _analyses(source: str, kind: TemplateKind) -> list[tuple[_Analysis, int]]:
 
 def names_read(source: str) -> dict[str, int]:
     """Names ``source`` reads from its context (``input``, ``nodes``...), each with the
-    1-based line that first reads it, from the tree the compiler already parsed; names
-    the template defines itself are not included.
+    1-based line that first reads it, from the same analysis as :func:`check_template`;
+    names the template defines itself are not included.
 
     Raises:
         TemplateError: ``source`` does not compile (as :func:`compile_template`).
@@ -421,7 +481,7 @@ def names_read(source: str) -> dict[str, int]:
     if not _has_markup(source):
         return {}
     found: dict[str, int] = {}
-    for name, line in _analyse(_compiled(source)).free:
+    for name, line in _template_analysis(source).free:
         found[name] = min(line, found.get(name, line))
     return found
 
@@ -429,8 +489,9 @@ def names_read(source: str) -> dict[str, int]:
 def check_template(source: str, *, kind: TemplateKind = "template") -> tuple[TemplateProblem, ...]:
     """Check a template statically: names, attributes and calls the sandbox would refuse.
 
-    Nothing is rendered. The tree is the one :func:`compile_template` parsed and compiled
-    (cached), so checking costs one walk of it.
+    Nothing is rendered. A simple form (a path, a comparison, known filters, text around
+    them) is read without Jinja; any other template is compiled as
+    :func:`compile_template` does (cached) and its tree walked once.
 
     Args:
         source: A template, a guard (a template or one bare expression) or a condition

@@ -1,0 +1,161 @@
+"""The reconciler's pass cost against the number of finished tasks in the store.
+
+``Reconciler.run_once`` looks only at unfinished tasks, which it finds through the
+status index; a store that has finished 10,000 tasks should cost a pass what a store
+that has finished 10 does. Measured on the embedded SQLite store (and on etcd when the
+runner passes its URL), with the in-process queue: the queue's part of a pass does not
+depend on the store.
+
+Filling: one financial task runs to the end under a :class:`~axengine.worker.Worker`
+with the no-op handler; its record, snapshots and timeline are then written back under
+new task ids with :meth:`Engine.restore_task` — the keys and bytes a run leaves, in a
+fraction of the time. Then ``unfinished`` financial tasks are submitted with no worker
+running (their first node WAITING) and the first of them has its first node claimed by
+this process under a long lease (RUNNING, owner alive), so a pass has work to look at
+but nothing to repair. Each size gets a fresh reconciler, one untimed pass (leadership,
+the index check, the first enqueue of the WAITING nodes), then ``passes`` timed passes:
+the median is the figure, with the store reads and transactions each pass made.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import shutil
+import statistics
+import tempfile
+import time
+from collections import Counter
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from axengine.dag import load_dag_mapping
+from axengine.engine import Engine, Reconciler, host_pid_owner
+from axengine.store import Delete
+from axengine.wiring import open_queue, open_store
+from axengine.worker import Worker
+from bench import shapes
+from bench.axrun import CountingStore
+from bench.common import summary
+
+__all__ = ["run"]
+
+_READS = ("get", "get_many", "range")
+
+
+async def _finished_template(engine: Engine, worker: Worker, dag: Any) -> tuple[Any, ...]:
+    """Run one financial task to the end; its record, snapshots and timeline."""
+    stop = asyncio.Event()
+    done = asyncio.Event()
+    task_id = f"tmpl-{secrets.token_hex(4)}"
+
+    def on_commit(task: Any, events: Any) -> None:
+        if task.task_id == task_id and task.status.final:
+            done.set()
+
+    engine.add_listener(on_commit)
+    running = asyncio.create_task(worker.run(stop))
+    try:
+        await engine.submit(dag, {"doc": "template"}, task_id=task_id)
+        await asyncio.wait_for(done.wait(), 60)
+    finally:
+        stop.set()
+        await running
+    task = await engine.task_record(task_id)
+    if task.status.value != "SUCCEEDED":
+        raise RuntimeError(f"template task ended {task.status.value}")
+    return task, await engine.snapshots(task_id), await engine.events(task_id)
+
+
+async def _fill(engine: Engine, dag: Any, template: tuple[Any, ...], start: int,
+                stop: int) -> None:
+    """Restore copies ``start`` .. ``stop - 1`` of the template task."""
+    task, snaps, events = template
+    sem = asyncio.Semaphore(16)
+
+    async def one(i: int) -> None:
+        tid = f"done-{i:06d}"
+        async with sem:
+            await engine.restore_task(dag, replace(task, task_id=tid),
+                                      [replace(s, task_id=tid) for s in snaps],
+                                      [replace(e, task_id=tid) for e in events])
+
+    await asyncio.gather(*(one(i) for i in range(start, stop)))
+
+
+async def _run(spec: dict[str, Any]) -> dict[str, Any]:
+    home = Path(tempfile.mkdtemp(prefix="ax-bench-rec-"))
+    prefix = f"/bench-rec-{secrets.token_hex(4)}"
+    store_url = spec.get("store_url") or f"sqlite:///{home / 'ax.db'}"
+    store = CountingStore(open_store(store_url))
+    queue = open_queue("memory://")
+    engine = Engine(store=store, queue=queue, blob_dir=home / "blobs", prefix=prefix)
+    owner = host_pid_owner("bench")
+    worker = Worker(engine=engine, queue=queue, handler=shapes.echo_handler, worker_id=owner,
+                    concurrency=2, lease_seconds=30.0, poll_timeout=0.05)
+    sizes = sorted(int(n) for n in spec.get("finished", (10, 10_000)))
+    passes, unfinished = int(spec.get("passes", 9)), int(spec.get("unfinished", 5))
+    points: dict[str, Any] = {}
+    try:
+        dag = load_dag_mapping(shapes.financial())
+        template = await _finished_template(engine, worker, dag)
+        await engine.submit(dag, {"doc": "running"}, task_id="open-000")
+        for i in range(1, unfinished):
+            await engine.submit(dag, {"doc": f"open-{i}"}, task_id=f"open-{i:03d}")
+        claim = await engine.claim("open-000", "parse_pdf", worker=owner,
+                                   lease_seconds=3600.0)
+        if claim.result != "claimed":
+            raise RuntimeError(f"could not hold a node RUNNING: {claim.result} {claim.reason}")
+        finished = 1  # the template task
+        for n in sizes:
+            t = time.perf_counter()
+            await _fill(engine, dag, template, finished - 1, n - 1)
+            fill_s = time.perf_counter() - t
+            finished = n
+            reconciler = Reconciler(engine, owner=owner, interval=3600.0)
+            await reconciler.run_once()  # untimed: index check, first enqueue
+            times: list[float] = []
+            counts: Counter[str] = Counter()
+            report = None
+            for _ in range(passes):
+                store.counts.clear()
+                t = time.perf_counter()
+                report = await reconciler.run_once()
+                times.append(time.perf_counter() - t)
+                counts.update(store.counts)
+            assert report is not None
+            points[str(n)] = {
+                "finished": n, "unfinished": unfinished, "fill_s": round(fill_s, 3),
+                "passes": passes,
+                "pass_median_ms": round(statistics.median(times) * 1000, 4),
+                "pass": summary(times),
+                "reads_per_pass": round(sum(counts[k] for k in _READS) / passes, 2),
+                "txns_per_pass": round(counts["txn"] / passes, 2),
+                "tasks_seen": report.tasks,
+                "requeued_last_pass": len(report.requeued),
+                "expired_last_pass": len(report.expired),
+            }
+    finally:
+        await queue.close()
+        if store_url.startswith("etcd"):
+            with contextlib.suppress(Exception):
+                await store.inner.txn([], [Delete(prefix + "/", prefix=True)])
+        await store.close()
+        shutil.rmtree(home, ignore_errors=True)
+    lo, hi = points[str(sizes[0])], points[str(sizes[-1])]
+    return {
+        "backend": "etcd" if store_url.startswith("etcd") else "sqlite",
+        "points": points,
+        "growth": round(hi["pass_median_ms"] / lo["pass_median_ms"], 3)
+        if lo["pass_median_ms"] else None,
+        "reads_growth": round(hi["reads_per_pass"] / lo["reads_per_pass"], 3)
+        if lo["reads_per_pass"] else None,
+    }
+
+
+def run(spec: dict[str, Any]) -> dict[str, Any]:
+    """Time reconciler passes: ``finished`` (sizes, ascending), ``unfinished``,
+    ``passes``, ``store_url`` (default: a SQLite file)."""
+    return asyncio.run(_run(spec))
