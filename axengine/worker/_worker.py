@@ -19,7 +19,7 @@ from typing import Any
 from axengine import faults, tracing
 from axengine.activity import Activity, ActivityMeter, ActivitySample
 from axengine.clock import SYSTEM, Clock, sleep
-from axengine.errors import AxError
+from axengine.errors import AxError, QueueError
 from axengine.owners import LOCAL_PRINCIPAL, host_pid_owner
 from axengine.queue import (
     DEFAULT_AGING_SECONDS,
@@ -195,9 +195,7 @@ class Worker:
             if self._capped_lanes is None:
                 await self._pop_loop(stop, slots, self.lanes, None)
             else:
-                fast = asyncio.Semaphore(self.fast_slots)
-                await asyncio.gather(self._pop_loop(stop, slots, self.lanes, fast),
-                                     self._pop_loop(stop, slots, self._capped_lanes, None))
+                await self._two_pop_loops(stop, slots)
         finally:
             if waker is not None:
                 waker.cancel()
@@ -208,21 +206,60 @@ class Worker:
             for each in self.runners.values():
                 await each.close()
 
+    async def _two_pop_loops(self, stop: asyncio.Event, slots: asyncio.Semaphore) -> None:
+        """The pop loops of a capped fast lane. When one fails (the queue is down), the
+        other stops after its current pop (never cancelled) and the failure is raised."""
+        assert self._capped_lanes is not None
+        fast = asyncio.Semaphore(self.fast_slots)
+        halt = asyncio.Event()
+
+        wake = getattr(self.queue, "wake", None)
+
+        async def watched(lanes: Sequence[str], share: asyncio.Semaphore | None) -> None:
+            try:
+                await self._pop_loop(stop, slots, lanes, share, halt=halt)
+            finally:
+                # The other loop stops too, whichever way this one ended (at once where
+                # the queue can end its waiting pop).
+                if not halt.is_set():
+                    halt.set()
+                    if wake is not None:
+                        with contextlib.suppress(QueueError):
+                            await wake(self.worker_id)
+
+        results = await asyncio.gather(watched(self.lanes, fast),
+                                       watched(self._capped_lanes, None),
+                                       return_exceptions=True)
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
+
     async def _pop_loop(self, stop: asyncio.Event, slots: asyncio.Semaphore,
-                        lanes: Sequence[str], fast: asyncio.Semaphore | None) -> None:
+                        lanes: Sequence[str], fast: asyncio.Semaphore | None, *,
+                        halt: asyncio.Event | None = None) -> None:
         """Pop from ``lanes`` into free slots until ``stop``; with ``fast``, each pop
         first takes a fast slot, kept only by a fast item."""
-        while not stop.is_set():
+        def stopping() -> bool:
+            return stop.is_set() or (halt is not None and halt.is_set())
+
+        while not stopping():
             if fast is not None:
                 await fast.acquire()
             await slots.acquire()
-            if stop.is_set():
+            if stopping():
                 slots.release()
                 if fast is not None:
                     fast.release()
                 break
-            item = await self.queue.pop(self.worker_id, lanes=lanes,
-                                        timeout=self.poll_timeout, aging=self.aging_seconds)
+            try:
+                item = await self.queue.pop(self.worker_id, lanes=lanes,
+                                            timeout=self.poll_timeout,
+                                            aging=self.aging_seconds)
+            except BaseException:
+                slots.release()  # the other loop may be waiting for this slot
+                if fast is not None:
+                    fast.release()
+                raise
             holds_fast = fast is not None and item is not None and item.lane == FAST_LANE
             if fast is not None and not holds_fast:
                 fast.release()
