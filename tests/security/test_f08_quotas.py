@@ -105,12 +105,16 @@ def test_active_tasks_per_principal_are_bounded(topology: Topology,
     assert f"has {ACTIVE_LIMIT} unfinished tasks" in message and f"is {ACTIVE_LIMIT}" in message
     # Another principal is not affected.
     with http(topology, "submitter2") as other:
-        assert other.post("/v1/tasks", json={"dag_yaml": GATE_YAML}).status_code == 201
+        reply = other.post("/v1/tasks", json={"dag_yaml": GATE_YAML})
+        assert reply.status_code == 201, reply.text
     # A finished task frees its slot (the active index entry goes with the final status).
     with http(topology, "admin") as admin:
-        assert admin.post(f"/v1/tasks/{made[0]}/cancel").status_code == 200
+        reply = admin.post(f"/v1/tasks/{made[0]}/cancel")
+        assert reply.status_code == 200, reply.text
+        assert reply.json()["task"]["status"] == "CANCELLED", reply.text
     with http(topology, "submitter") as client:
-        assert client.post("/v1/tasks", json={"dag_yaml": GATE_YAML}).status_code == 201
+        reply = client.post("/v1/tasks", json={"dag_yaml": GATE_YAML})
+        assert reply.status_code == 201, reply.text
     record_property("summary", f"submit {ACTIVE_LIMIT + 1} refused 429 {message!r}; "
                     "submitter2 unaffected; a cancelled task freed its slot")
 
