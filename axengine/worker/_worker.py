@@ -19,7 +19,7 @@ from typing import Any
 from axengine import faults, tracing
 from axengine.activity import Activity, ActivityMeter, ActivitySample
 from axengine.clock import SYSTEM, Clock, sleep
-from axengine.errors import AxError, QueueError
+from axengine.errors import AxError
 from axengine.owners import LOCAL_PRINCIPAL, host_pid_owner
 from axengine.queue import (
     DEFAULT_AGING_SECONDS,
@@ -164,6 +164,7 @@ class Worker:
         self.fast_slots = max(1, int(concurrency * fast_share))
         self._capped_lanes = (others if others and FAST_LANE in self.lanes
                               and self.fast_slots < concurrency else None)
+        self._fast_in_flight = 0
         self.clock = clock
         self.runners: dict[str, Runner] = {THREAD: ThreadRunner(handler,
                                                                 concurrency=concurrency)}
@@ -177,12 +178,10 @@ class Worker:
     async def run(self, stop: asyncio.Event) -> None:
         """Serve until ``stop`` is set, then finish the runs in flight.
 
-        Each free slot pops one item. When the fast lane is capped at ``fast_slots``,
-        two pops wait at once: one for every lane, which needs a free fast slot, and
-        one for the other lanes only. So fast work never holds more than its share,
-        other work may take every slot, and a fast slot that frees is taken at once,
-        without waiting out a pop of the other lanes. (A pop is never cancelled: a
-        cancelled Redis pop may strand its item in the processing list.)
+        Each free slot pops one item. While the fast lane holds ``fast_slots`` of them,
+        the pop asks only for the other lanes; a fast item then waits at most one
+        ``poll_timeout`` after a fast slot frees (a pop is never cancelled, since a
+        cancelled Redis pop may strand its item in the processing list).
         """
         await self.queue.recover(self.worker_id)
         slots = asyncio.Semaphore(self.concurrency)
@@ -192,10 +191,26 @@ class Worker:
         waker = (asyncio.create_task(self._wake_at(stop, wake)) if wake is not None
                  else None)
         try:
-            if self._capped_lanes is None:
-                await self._pop_loop(stop, slots, self.lanes, None)
-            else:
-                await self._two_pop_loops(stop, slots)
+            while not stop.is_set():
+                await slots.acquire()
+                if stop.is_set():
+                    slots.release()
+                    break
+                lanes = self.lanes
+                if self._capped_lanes is not None and \
+                        self._fast_in_flight >= self.fast_slots:
+                    lanes = self._capped_lanes
+                item = await self.queue.pop(self.worker_id, lanes=lanes,
+                                            timeout=self.poll_timeout,
+                                            aging=self.aging_seconds)
+                if item is None:
+                    slots.release()
+                    continue
+                if item.lane == FAST_LANE:
+                    self._fast_in_flight += 1
+                task = asyncio.create_task(self._guarded(item, slots))
+                self._active.add(task)
+                task.add_done_callback(self._active.discard)
         finally:
             if waker is not None:
                 waker.cancel()
@@ -206,78 +221,12 @@ class Worker:
             for each in self.runners.values():
                 await each.close()
 
-    async def _two_pop_loops(self, stop: asyncio.Event, slots: asyncio.Semaphore) -> None:
-        """The pop loops of a capped fast lane. When one fails (the queue is down), the
-        other stops after its current pop (never cancelled) and the failure is raised."""
-        assert self._capped_lanes is not None
-        fast = asyncio.Semaphore(self.fast_slots)
-        halt = asyncio.Event()
-
-        wake = getattr(self.queue, "wake", None)
-
-        async def watched(lanes: Sequence[str], share: asyncio.Semaphore | None) -> None:
-            try:
-                await self._pop_loop(stop, slots, lanes, share, halt=halt)
-            finally:
-                # The other loop stops too, whichever way this one ended (at once where
-                # the queue can end its waiting pop).
-                if not halt.is_set():
-                    halt.set()
-                    if wake is not None:
-                        with contextlib.suppress(QueueError):
-                            await wake(self.worker_id)
-
-        results = await asyncio.gather(watched(self.lanes, fast),
-                                       watched(self._capped_lanes, None),
-                                       return_exceptions=True)
-        for result in results:
-            if isinstance(result, BaseException):
-                raise result
-
-    async def _pop_loop(self, stop: asyncio.Event, slots: asyncio.Semaphore,
-                        lanes: Sequence[str], fast: asyncio.Semaphore | None, *,
-                        halt: asyncio.Event | None = None) -> None:
-        """Pop from ``lanes`` into free slots until ``stop``; with ``fast``, each pop
-        first takes a fast slot, kept only by a fast item."""
-        def stopping() -> bool:
-            return stop.is_set() or (halt is not None and halt.is_set())
-
-        while not stopping():
-            if fast is not None:
-                await fast.acquire()
-            await slots.acquire()
-            if stopping():
-                slots.release()
-                if fast is not None:
-                    fast.release()
-                break
-            try:
-                item = await self.queue.pop(self.worker_id, lanes=lanes,
-                                            timeout=self.poll_timeout,
-                                            aging=self.aging_seconds)
-            except BaseException:
-                slots.release()  # the other loop may be waiting for this slot
-                if fast is not None:
-                    fast.release()
-                raise
-            holds_fast = fast is not None and item is not None and item.lane == FAST_LANE
-            if fast is not None and not holds_fast:
-                fast.release()
-            if item is None:
-                slots.release()
-                continue
-            task = asyncio.create_task(self._guarded(item, slots, fast if holds_fast
-                                                     else None))
-            self._active.add(task)
-            task.add_done_callback(self._active.discard)
-
     async def _wake_at(self, stop: asyncio.Event,
                        wake: Callable[[str], Awaitable[None]]) -> None:
         await stop.wait()
         await wake(self.worker_id)
 
-    async def _guarded(self, item: WorkItem, slots: asyncio.Semaphore,
-                       fast: asyncio.Semaphore | None = None) -> None:
+    async def _guarded(self, item: WorkItem, slots: asyncio.Semaphore) -> None:
         try:
             await self.process(item)
         except Exception:
@@ -286,9 +235,9 @@ class Worker:
             log.exception("worker %s: processing %s/%s failed", self.worker_id,
                           item.task_id, item.node_id)
         finally:
-            # The fast slot before the slot: the pop waiting for both then gets both.
-            if fast is not None:
-                fast.release()
+            # Before the slot: the loop that takes it must see the fast share free.
+            if item.lane == FAST_LANE:
+                self._fast_in_flight -= 1
             slots.release()
 
     async def process(self, item: WorkItem) -> str:

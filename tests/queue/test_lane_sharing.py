@@ -17,7 +17,6 @@ import pytest
 from axengine.clock import ManualClock
 from axengine.config import AxConfig
 from axengine.dag import load_dag_text
-from axengine.errors import QueueError
 from axengine.queue import DEFAULT_LANE, FAST_LANE, InProcessQueue, WorkItem
 from axengine.wiring import build_runtime
 from axengine.worker import EngineClient, Worker
@@ -161,58 +160,6 @@ def test_fast_work_alone_stays_within_its_share() -> None:
         await serve(worker, scenario)
 
     asyncio.run(main())
-
-
-def test_a_freed_fast_slot_is_taken_without_waiting_out_a_default_pop() -> None:
-    """A flood of fast work with the default lane empty: the worker waits in a pop of
-    the default lane all along (its timeout here is an hour), and every fast item is
-    still served, two at a time, as the fast slots free."""
-    async def main() -> None:
-        release = asyncio.Semaphore(0)
-        queue = PopLog()
-        worker = Recorder(lambda _: release.acquire(), queue=queue, concurrency=4,
-                          fast_share=0.5, poll_timeout=3600)
-        await queue.enqueue(items(FAST_LANE, 8))
-
-        async def scenario() -> None:
-            for done in range(0, 8, 2):
-                await worker.until(lambda n=done: len(worker.order) == n + 2)
-                assert worker.running[FAST_LANE] == 2
-                release.release()
-                release.release()
-            await worker.until(lambda: worker.running[FAST_LANE] == 0)
-            assert worker.peak_fast == 2 and len(worker.order) == 8
-            assert (DEFAULT_LANE,) in queue.asked  # the other pop was waiting meanwhile
-
-        await serve(worker, scenario)
-
-    asyncio.run(main())
-
-
-def test_a_failing_pop_stops_both_pop_loops_and_is_raised() -> None:
-    """The queue fails under one of a capped worker's two pops: the worker's run raises
-    the failure (so the executor restarts its loop) and leaves no pop running behind."""
-    class Failing(PopLog):
-        async def pop(self, worker_id: str, *,
-                      lanes: Sequence[str] = (FAST_LANE, DEFAULT_LANE),
-                      timeout: float = 1.0, aging: float | None = None) -> WorkItem | None:
-            if tuple(lanes) == (DEFAULT_LANE,):
-                await self.popping.wait()  # until the other pop waits too
-                raise QueueError("the queue went away")
-            return await super().pop(worker_id, lanes=lanes, timeout=timeout, aging=aging)
-
-    async def main() -> int:
-        queue = Failing()
-        worker = Recorder(_never, queue=queue, concurrency=4, fast_share=0.5,
-                          poll_timeout=3600)
-        with pytest.raises(QueueError, match="went away"):
-            async with asyncio.timeout(HANG):
-                await worker.run(asyncio.Event())
-        pending = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-        await queue.close()
-        return len(pending)
-
-    assert asyncio.run(main()) == 0
 
 
 @pytest.mark.parametrize(("concurrency", "share", "slots"),
