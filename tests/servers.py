@@ -12,14 +12,19 @@ ACL users and TLS from a config file (so no password shows in the process list).
 
 from __future__ import annotations
 
+import contextlib
 import os
+import queue
+import re
 import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,6 +32,7 @@ __all__ = [
     "ETCD_MAX_TXN_OPS",
     "Certs",
     "Server",
+    "ax_server_process",
     "enable_etcd_auth",
     "free_port",
     "make_certs",
@@ -333,3 +339,52 @@ def start_redis(
     server = Server("redis", port, data, argv, log=data / "redis.log")
     server.start()
     return server
+
+
+@contextlib.contextmanager
+def ax_server_process(tokens: Path, home: Path,
+                      env: Mapping[str, str] | None = None) -> Iterator[str]:
+    """Run ``ax server --tokens TOKENS --home HOME`` on a free loopback port (no gRPC),
+    without the caller's ``AX_*`` variables (plus ``env``); yield its URL once it is
+    ready, and stop it with SIGTERM (SIGKILL after 60 s) on exit."""
+    root = Path(__file__).resolve().parents[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "axengine.cli", "server", "--tokens", str(tokens),
+         "--home", str(home), "--http", "127.0.0.1:0", "--grpc", "off"],
+        cwd=root, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        env={**{k: v for k, v in os.environ.items() if not k.startswith("AX_")},
+             **(env or {})})
+    lines: queue.Queue[str] = queue.Queue()
+    output: list[str] = []
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            output.append(line)
+            lines.put(line.strip())
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
+    url = ""
+    try:
+        while True:
+            try:
+                line = lines.get(timeout=60)
+            except queue.Empty:
+                raise RuntimeError("ax server did not start:\n" + "".join(output)) from None
+            found = re.match(r"^ax: http listening on (\S+)$", line)
+            if found:
+                url = found.group(1)
+            if line == "ax: ready":
+                break
+        yield url
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+        reader.join(10)
+        assert proc.stdout is not None
+        proc.stdout.close()

@@ -7,12 +7,9 @@ from __future__ import annotations
 import json
 import os
 import pty
-import queue
 import re
-import signal
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +21,7 @@ from axengine.cli import main as ax
 from axengine.client import Client
 from axengine.client._core import Core
 from axengine.client._sync import sync_op
-from tests.servers import free_port
+from tests.servers import ax_server_process, free_port
 
 #: A real `ax server` subprocess, like tests/api/test_server.py.
 pytestmark = pytest.mark.slow
@@ -60,7 +57,6 @@ nodes:
 class AxServer:
     url: str
     dir: Path
-    proc: subprocess.Popen[str]
 
     def token_file(self, name: str) -> str:
         return str(self.dir / f"{name}.token")
@@ -77,42 +73,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AxServer]:
     for name, (token, _) in TOKENS.items():
         (where / f"{name}.token").write_text(f"# {name}\n{token}\n")
     (where / "gated.yaml").write_text(GATED)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "axengine.cli", "server", "--tokens", str(tokens),
-         "--home", str(where / "home"), "--http", "127.0.0.1:0", "--grpc", "off"],
-        cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        env={k: v for k, v in os.environ.items() if not k.startswith("AX_")})
-    lines: queue.Queue[str] = queue.Queue()
-    output: list[str] = []
-
-    def pump() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            output.append(line)
-            lines.put(line.strip())
-
-    reader = threading.Thread(target=pump, daemon=True)
-    reader.start()
-    url = ""
-    try:
-        while True:
-            line = lines.get(timeout=60)
-            found = re.match(r"^ax: http listening on (\S+)$", line)
-            if found:
-                url = found.group(1)
-            if line == "ax: ready":
-                break
-        yield AxServer(url, where, proc)
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
-        reader.join(10)
-        assert proc.stdout is not None
-        proc.stdout.close()
+    with ax_server_process(tokens, where / "home") as url:
+        yield AxServer(url, where)
 
 
 @pytest.fixture(autouse=True)

@@ -9,13 +9,7 @@ talks to the same server as the tests' own client, with a bearer token.
 from __future__ import annotations
 
 import json
-import os
-import queue
 import re
-import signal
-import subprocess
-import sys
-import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +23,7 @@ from selenium.webdriver.chrome.webdriver import WebDriver
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
+from tests.servers import ax_server_process
 from tests.topology import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -71,51 +66,13 @@ def ax_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[UiServer]:
         {"name": name, "token": token, "roles": roles}
         for name, (token, roles) in TOKENS.items()]}))
     tokens.chmod(0o600)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "axengine.cli", "server", "--tokens", str(tokens),
-         "--home", str(where / "home"), "--http", "127.0.0.1:0", "--grpc", "off"],
-        cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        env={**{k: v for k, v in os.environ.items() if not k.startswith("AX_")},
-             # The example reports are read from the repository (api trust reads local
-             # files only under input_root).
-             "AX_HANDLERS__INPUT_ROOT": str(ROOT / "dags" / "inputs"),
-             # Mail stays in the test's directory: the in-process executor of ax server
-             # would use ./.ax/mail, in the repository.
-             "AX_HANDLERS__MAIL_DIR": str(where / "mail")})
-    lines: queue.Queue[str] = queue.Queue()
-    output: list[str] = []
-
-    def pump() -> None:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            output.append(line)
-            lines.put(line.strip())
-
-    reader = threading.Thread(target=pump, daemon=True)
-    reader.start()
-    url = ""
-    try:
-        while True:
-            try:
-                line = lines.get(timeout=60)
-            except queue.Empty:
-                raise RuntimeError("ax server did not start:\n" + "".join(output)) from None
-            found = re.match(r"^ax: http listening on (\S+)$", line)
-            if found:
-                url = found.group(1)
-            if line == "ax: ready":
-                break
+    with ax_server_process(tokens, where / "home", env={
+            # The example reports are read from the repository (api trust reads local
+            # files only under input_root).
+            "AX_HANDLERS__INPUT_ROOT": str(ROOT / "dags" / "inputs"),
+            # The tests read the mailbox of the server's send_email nodes here.
+            "AX_HANDLERS__MAIL_DIR": str(where / "mail")}) as url:
         yield UiServer(url, where / "home", where / "mail")
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
-        reader.join(10)
-        assert proc.stdout is not None
-        proc.stdout.close()
 
 
 @pytest.fixture
