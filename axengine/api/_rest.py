@@ -75,7 +75,13 @@ from axengine.api._models import (
     ValidateReply,
 )
 from axengine.api._quotas import UNLIMITED, Quotas
-from axengine.api._ui import SecurityHeadersMiddleware, csrf_refusal, install_ui, session_token
+from axengine.api._ui import (
+    SecurityHeadersMiddleware,
+    csrf_refusal,
+    install_ui,
+    scope_header,
+    session_token,
+)
 from axengine.engine import Engine
 from axengine.errors import ERROR_CODES, REST_ONLY_TYPES, AxError, InputError, Unauthorized
 from axengine.logs import log_access
@@ -117,13 +123,6 @@ async def _send_json(send: Send, status: int, body: Any,
     await send({"type": "http.response.body", "body": data})
 
 
-def _header(scope: Scope, name: bytes) -> str | None:
-    for key, value in scope.get("headers", ()):
-        if key == name:
-            return str(value.decode("latin-1"))
-    return None
-
-
 # ---------------------------------------------------------------------------- middleware
 
 
@@ -147,7 +146,7 @@ class BodyLimitMiddleware:
             await self.app(scope, receive, send)
             return
         limit = self.max_bytes
-        declared = _header(scope, b"content-length")
+        declared = scope_header(scope, b"content-length")
         if declared is not None:
             if not declared.strip().isdigit():
                 await _send_json(send, 400, _error(400, "InputError",
@@ -196,7 +195,7 @@ class AuthMiddleware:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope["path"] if scope["type"] == "http" else ""
         if path.startswith(("/v1/", "/ui/")):
-            authorization = _header(scope, b"authorization")
+            authorization = scope_header(scope, b"authorization")
             # A header is sent on purpose; a cookie comes with whatever the page asks.
             cookie = session_token(scope) if authorization is None and self.auth else None
             if path.startswith("/v1/"):

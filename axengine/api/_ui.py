@@ -45,6 +45,7 @@ __all__ = [
     "SecurityHeadersMiddleware",
     "csrf_refusal",
     "install_ui",
+    "scope_header",
     "session_token",
 ]
 
@@ -77,7 +78,8 @@ class LoginBody(_Strict):
     token: str = Field(..., min_length=1, max_length=4096)
 
 
-def _header(scope: Scope, name: bytes) -> str | None:
+def scope_header(scope: Scope, name: bytes) -> str | None:
+    """The value of header ``name`` (lower-case bytes) of an ASGI request, if sent."""
     for key, value in scope.get("headers", ()):
         if key == name:
             return str(value.decode("latin-1"))
@@ -86,7 +88,7 @@ def _header(scope: Scope, name: bytes) -> str | None:
 
 def session_token(scope: Scope) -> str | None:
     """The token of the ``ax_session`` cookie of a request, if any."""
-    raw = _header(scope, b"cookie")
+    raw = scope_header(scope, b"cookie")
     if not raw:
         return None
     cookies: SimpleCookie = SimpleCookie()
@@ -105,14 +107,14 @@ def csrf_token(secret: str) -> str:
 
 def _foreign(scope: Scope) -> bool:
     """The browser says the request comes from a page of another site."""
-    if _header(scope, b"sec-fetch-site") == "cross-site":
+    if scope_header(scope, b"sec-fetch-site") == "cross-site":
         return True
-    origin = _header(scope, b"origin")
+    origin = scope_header(scope, b"origin")
     if not origin or origin == "null":
         return origin == "null"
-    host = _header(scope, b"host") or ""
+    host = scope_header(scope, b"host") or ""
     scheme = scope.get("scheme", "http")
-    forwarded = _header(scope, b"x-forwarded-proto")
+    forwarded = scope_header(scope, b"x-forwarded-proto")
     allowed = {f"{scheme}://{host}"}
     if forwarded:
         allowed.add(f"{forwarded.split(',')[0].strip()}://{host}")
@@ -128,7 +130,7 @@ def csrf_refusal(scope: Scope, *, via_cookie: bool, secret: str) -> Forbidden | 
         return Forbidden("cross-site request refused: the Origin of this state-changing "
                          "request is not this server")
     if via_cookie:
-        sent = _header(scope, CSRF_HEADER.lower().encode()) or ""
+        sent = scope_header(scope, CSRF_HEADER.lower().encode()) or ""
         if not hmac.compare_digest(sent.encode(), csrf_token(secret).encode()):
             return Forbidden(f"CSRF check failed: a request authenticated by the {COOKIE} "
                              f"cookie must carry the {CSRF_HEADER} header that GET "
@@ -235,6 +237,6 @@ def install_ui(app: FastAPI, *, auth: Authenticator | None,
 
 
 def _https(scope: Scope) -> bool:
-    forwarded = _header(scope, b"x-forwarded-proto") or ""
+    forwarded = scope_header(scope, b"x-forwarded-proto") or ""
     return scope.get("scheme") == "https" or forwarded.split(",")[0].strip() == "https"
 
