@@ -6,7 +6,7 @@ node committed exactly once (counted from the events) and the email sent once.
 One case per crash: every occurrence of every fault point of one run
 (``after-commit#3`` is the 3rd time the run passes ``faults.point("after-commit")``),
 then SIGKILLs from outside at seeded random times (``time#1-1.234s``). The occurrences
-are planned in :data:`PLANNED_HITS` and :func:`test_planned_crash_points_match_a_fresh_trace`
+are planned in :data:`SCENARIOS` and :func:`test_planned_crash_points_match_a_fresh_trace`
 fails as soon as a fresh ``AX_FAULT_TRACE`` of the run differs, so the plan can neither
 shrink nor fall behind silently. :func:`test_crash_summary` (last) prints the figures of
 the whole module: crash points tried, killed, resumed.
@@ -38,33 +38,67 @@ pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[1]
 DAG = "dags/financial_risk_assessment.yaml"
-INPUT = "dags/inputs/financial_risk_assessment.json"
 #: How many crash cases must actually kill the process and then resume.
 REQUIRED_KILLS = 50
-#: How many times one uninterrupted run of DAG on INPUT passes each fault point, as
-#: counted with ``AX_FAULT_TRACE`` (the run is deterministic). One crash case per
-#: occurrence; update it from the message of the trace test when the engine changes.
-PLANNED_HITS: dict[str, int] = {
-    "before-commit": 11,
-    "after-commit": 11,
-    "after-enqueue": 4,
-    "after-pop": 4,
-    "after-claim": 4,
-    "handler-running": 4,
-    "before-complete": 4,
-    "after-complete": 4,
-    "after-ack": 4,
-    "effect-begun": 1,
-    "effect-performed": 1,
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One uninterrupted run of DAG that the crash cases interrupt.
+
+    ``hits``: how many times the run passes each fault point, as counted with
+    ``AX_FAULT_TRACE`` (the run is deterministic). One crash case per occurrence; update
+    it from the message of the trace test when the engine changes.
+    """
+
+    args: tuple[str, ...]
+    hits: dict[str, int]
+    #: Gate decisions given up front (again on ``--resume``).
+    decide: tuple[str, ...] = ()
+
+
+SCENARIOS: dict[str, Scenario] = {
+    # The medium-risk path: a chain whose nodes the worker claims in the transaction
+    # that commits their predecessor (one pop for the whole task).
+    "medium": Scenario(("--input", "dags/inputs/financial_risk_assessment.json"), {
+        "before-commit": 8,
+        "after-commit": 8,
+        "after-enqueue": 1,
+        "after-pop": 1,
+        "after-claim": 4,
+        "handler-running": 4,
+        "before-complete": 4,
+        "after-complete": 4,
+        "after-ack": 1,
+        "effect-begun": 1,
+        "effect-performed": 1,
+    }),
+    # The high-risk path through the human gate, approved up front: the decision
+    # readies notify_high_risk through the queue again.
+    "gate": Scenario(("--input", '{"pdf_url": "dags/inputs/globex_annual_report.pdf"}'), {
+        "before-commit": 10,
+        "after-commit": 10,
+        "after-enqueue": 2,
+        "after-pop": 2,
+        "after-claim": 4,
+        "handler-running": 4,
+        "before-complete": 4,
+        "after-complete": 4,
+        "after-ack": 2,
+        "effect-begun": 1,
+        "effect-performed": 1,
+    }, decide=("--decide", "send_high_risk_email=approve")),
 }
 #: Kills from outside after a seeded random delay (the same 12 delays on every run).
 _rng = random.Random(2026)
 TIMED_KILLS: list[float] = [round(_rng.uniform(0.3, 2.5), 3) for _ in range(12)]
 
-#: ``(id, fault)``: ``fault`` is ``name:n`` (an AX_FAULT_POINT) or ``time:SECONDS``.
-POINT_CASES = [(f"{name}#{n}", f"{name}:{n}")
-               for name in POINTS for n in range(1, PLANNED_HITS.get(name, 0) + 1)]
-TIMED_CASES = [(f"time#{i}-{delay:.3f}s", f"time:{delay:.3f}")
+#: ``(id, scenario, fault)``: ``fault`` is ``name:n`` (an AX_FAULT_POINT) or
+#: ``time:SECONDS``.
+POINT_CASES = [(f"{scenario}-{name}#{n}", scenario, f"{name}:{n}")
+               for scenario, plan in SCENARIOS.items()
+               for name in POINTS for n in range(1, plan.hits.get(name, 0) + 1)]
+TIMED_CASES = [(f"medium-time#{i}-{delay:.3f}s", "medium", f"time:{delay:.3f}")
                for i, delay in enumerate(TIMED_KILLS, 1)]
 
 
@@ -77,7 +111,7 @@ class Outcome:
     resumed: bool
 
 
-#: Outcomes of the crash cases run in this process, by fault.
+#: Outcomes of the crash cases run in this process, by scenario and fault.
 OUTCOMES: dict[str, Outcome] = {}
 
 
@@ -138,31 +172,38 @@ class Reference:
 
 
 @pytest.fixture(scope="module")
-def reference(tmp_path_factory: pytest.TempPathFactory) -> Reference:
-    """One uninterrupted run of the DAG, traced with ``AX_FAULT_TRACE``."""
-    tmp = tmp_path_factory.mktemp("reference")
-    trace = tmp / "trace.txt"
-    run = ax(tmp / "home", "run", DAG, "--input", INPUT, "--json",
-             env_extra={"AX_FAULT_TRACE": str(trace)})
-    assert run.returncode == 0, run.stderr
-    result = json.loads(run.stdout)
-    assert result["status"] == "SUCCEEDED"
-    assert len(result["path"]) >= 4
-    return Reference(result, trace.read_text().split())
+def references(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Reference]:
+    """One uninterrupted run of each scenario, traced with ``AX_FAULT_TRACE``."""
+    out = {}
+    for name, scenario in SCENARIOS.items():
+        tmp = tmp_path_factory.mktemp(f"reference-{name}")
+        trace = tmp / "trace.txt"
+        run = ax(tmp / "home", "run", DAG, *scenario.args, *scenario.decide, "--json",
+                 env_extra={"AX_FAULT_TRACE": str(trace)})
+        assert run.returncode == 0, run.stderr
+        result = json.loads(run.stdout)
+        assert result["status"] == "SUCCEEDED"
+        assert len(result["path"]) >= 4
+        out[name] = Reference(result, trace.read_text().split())
+    return out
 
 
-def test_planned_crash_points_match_a_fresh_trace(reference: Reference) -> None:
-    hits = dict(Counter(reference.trace))
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+def test_planned_crash_points_match_a_fresh_trace(scenario: str,
+                                                  references: dict[str, Reference]) -> None:
+    hits = dict(Counter(references[scenario].trace))
     assert set(hits) == set(POINTS), hits
-    assert hits == PLANNED_HITS, (
-        f"the run passes its fault points a different number of times now; "
-        f"set PLANNED_HITS = {dict((p, hits.get(p, 0)) for p in POINTS)}")
+    assert hits == SCENARIOS[scenario].hits, (
+        f"the {scenario} run passes its fault points a different number of times now; "
+        f"set its hits to {dict((p, hits.get(p, 0)) for p in POINTS)}")
 
 
-def crash_and_resume(home: Path, fault: str, expected_path: list[str]) -> Outcome:
-    """Kill ``ax run`` at ``fault``, resume it, check the resumed task; return what
-    happened."""
-    crashed = ax(home, "run", DAG, "--input", INPUT, "--quiet", fault=fault)
+def crash_and_resume(home: Path, scenario: str, fault: str,
+                     expected_path: list[str]) -> Outcome:
+    """Kill ``ax run`` of ``scenario`` at ``fault``, resume it, check the resumed task;
+    return what happened."""
+    plan = SCENARIOS[scenario]
+    crashed = ax(home, "run", DAG, *plan.args, *plan.decide, "--quiet", fault=fault)
     if crashed.returncode != -signal.SIGKILL:
         assert crashed.returncode == 0, (fault, crashed.returncode, crashed.stderr)
         return Outcome(fault, killed=False, resumed=False)
@@ -171,7 +212,7 @@ def crash_and_resume(home: Path, fault: str, expected_path: list[str]) -> Outcom
         # Killed before the submit transaction committed: nothing exists, nothing to resume.
         assert fault.startswith(("time:", "before-commit:1")), fault
         return Outcome(fault, killed=True, resumed=False)
-    resumed = ax(home, "run", "--resume", task_id, "--json")
+    resumed = ax(home, "run", "--resume", task_id, *plan.decide, "--json")
     assert resumed.returncode == 0, (fault, resumed.stdout, resumed.stderr)
     result = json.loads(resumed.stdout)
     assert result["status"] == "SUCCEEDED", fault
@@ -186,35 +227,41 @@ def crash_and_resume(home: Path, fault: str, expected_path: list[str]) -> Outcom
     return Outcome(fault, killed=True, resumed=True)
 
 
-def _record(outcome: Outcome) -> None:
-    OUTCOMES[outcome.fault] = outcome
+def _record(scenario: str, outcome: Outcome) -> None:
+    OUTCOMES[f"{scenario}-{outcome.fault}"] = outcome
     state = ("resumed" if outcome.resumed else "killed before submit" if outcome.killed
              else "not killed")
-    print(f"{outcome.fault}: {state}")
+    print(f"{scenario} {outcome.fault}: {state}")
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fault", [f for _, f in POINT_CASES], ids=[i for i, _ in POINT_CASES])
-def test_sigkill_at_fault_point_then_resume(fault: str, reference: Reference,
+@pytest.mark.parametrize(("scenario", "fault"), [(s, f) for _, s, f in POINT_CASES],
+                         ids=[i for i, _, _ in POINT_CASES])
+def test_sigkill_at_fault_point_then_resume(scenario: str, fault: str,
+                                            references: dict[str, Reference],
                                             tmp_path: Path) -> None:
-    outcome = crash_and_resume(tmp_path, fault, reference.result["path"])
-    _record(outcome)
+    outcome = crash_and_resume(tmp_path, scenario, fault,
+                               references[scenario].result["path"])
+    _record(scenario, outcome)
     # The run passes this point (see the trace test), so it must have died there.
-    assert outcome.killed, f"{fault} did not kill ax run"
+    assert outcome.killed, f"{scenario}: {fault} did not kill ax run"
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fault", [f for _, f in TIMED_CASES], ids=[i for i, _ in TIMED_CASES])
-def test_sigkill_at_random_time_then_resume(fault: str, reference: Reference,
+@pytest.mark.parametrize(("scenario", "fault"), [(s, f) for _, s, f in TIMED_CASES],
+                         ids=[i for i, _, _ in TIMED_CASES])
+def test_sigkill_at_random_time_then_resume(scenario: str, fault: str,
+                                            references: dict[str, Reference],
                                             tmp_path: Path) -> None:
     # A delay longer than the run kills nothing: the case then only counts as tried.
-    _record(crash_and_resume(tmp_path, fault, reference.result["path"]))
+    _record(scenario, crash_and_resume(tmp_path, scenario, fault,
+                                       references[scenario].result["path"]))
 
 
 @pytest.mark.slow
 def test_crash_summary(record_property: Any) -> None:
     """The whole module's figures; needs every crash case above in this process."""
-    tried = [f for _, f in POINT_CASES + TIMED_CASES]
+    tried = [f"{s}-{f}" for _, s, f in POINT_CASES + TIMED_CASES]
     missing = [f for f in tried if f not in OUTCOMES]
     if missing:
         pytest.skip(f"{len(missing)} of {len(tried)} crash cases did not run here "

@@ -248,7 +248,7 @@ def _claimed_pb(claim: ClaimResult) -> Any:
         submitted_by=claim.submitted_by, dag_hash=claim.dag_hash,
         checkpoint_json=_json_or_empty(req.checkpoint), resume_json=_json_or_empty(req.resume),
         timeout=claim.timeout, timeout_grace=claim.timeout_grace,
-        timeout_cap=claim.timeout_cap)
+        timeout_cap=claim.timeout_cap, node_id=req.node_id)
 
 
 def _json_or_empty(value: Any) -> str:
@@ -390,11 +390,21 @@ class ExecutorServicer(_Base):
                 return pb.CompleteReply(result=pb.COMPLETE_RESULT_STALE,
                                         snapshot=snapshot_pb(snap))
         outcome = await self._outcome(request)
-        answer = await self.engine.complete(request.task_id, request.node_id,
-                                            fence=request.fence, outcome=outcome)
-        self.metrics.completed(request.task_id, request.node_id, answer, outcome)
-        snap, _ = await ops.node_snapshot(self.engine, request.task_id, request.node_id)
-        return pb.CompleteReply(result=_COMPLETE[answer], snapshot=snapshot_pb(snap))
+        if request.claim_lanes and not request.worker_id:
+            raise InputError("worker_id is required to claim a successor (claim_lanes)")
+        # No lanes: a plain completion (nothing can be claimed).
+        done = await self.engine.complete_and_claim(
+            request.task_id, request.node_id, fence=request.fence, outcome=outcome,
+            worker=request.worker_id, lanes=request.claim_lanes,
+            lease_seconds=request.claim_lease_seconds or None)
+        self.metrics.completed(request.task_id, request.node_id, done.answer, outcome)
+        stored = done.snapshot
+        if stored is None:  # nothing written: the node as it is
+            stored, _ = await ops.node_snapshot(self.engine, request.task_id, request.node_id)
+        reply = pb.CompleteReply(result=_COMPLETE[done.answer], snapshot=snapshot_pb(stored))
+        if done.next is not None:
+            reply.next.CopyFrom(_claimed_pb(done.next))
+        return reply
 
     @staticmethod
     def _require_fence(request: Any) -> None:

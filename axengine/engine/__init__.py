@@ -13,7 +13,7 @@ from axengine.engine._index import index_writes
 from axengine.engine._reads import TaskView
 from axengine.engine._reconciler import Reconciler, ReconcileReport
 from axengine.engine._rules import Plan, RuleConfig, holds
-from axengine.engine._runs import ClaimResult
+from axengine.engine._runs import ClaimResult, Completed
 from axengine.engine._shell import Engine, EngineConfig, SubmitResult
 from axengine.owners import LOCAL_PRINCIPAL, host_pid_owner, owner_is_dead
 from axengine.records import (
@@ -35,6 +35,7 @@ __all__ = [
     "TXN_FIXED_OPS",
     "BlobRef",
     "ClaimResult",
+    "Completed",
     "Engine",
     "EngineConfig",
     "Event",

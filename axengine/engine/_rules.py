@@ -47,6 +47,7 @@ __all__ = [
     "DECIDED_STATES",
     "GATE_TIMEOUT_ACTOR",
     "NO_EDITS",
+    "NextClaim",
     "Plan",
     "RuleConfig",
     "backoff_delay",
@@ -503,18 +504,69 @@ def plan_claim(view: View, node_id: str, *, worker: str, lease: float, now: floa
             return Plan("not-claimable", detail=("ramp", config.ramp_poll),
                         ramps={dependency: ramp})
         b.plan.ramps[dependency] = ramp
-    timeout, why = _attempt_timeout(view, node, snap)
-    until = _lease_until(view.task, now, lease)
+    b.plan.result = "claimed"
+    b.plan.detail = _take(b, node, snap, worker=worker, lease=lease)
+    return b.plan
+
+
+def _take(b: _Builder, node: Node, snap: Snapshot, *, worker: str, lease: float) -> Snapshot:
+    """Write the claim of an admitted node: RUNNING for ``worker`` under a new fence and
+    attempt, with the lease and the attempt's timeout (the one place a claim is made)."""
+    now = b.now
+    timeout, why = _attempt_timeout(b.view, node, snap)
     claimed = replace(
         snap, state=NodeState.RUNNING, fence=snap.fence + 1, attempt=snap.attempt + 1,
-        owner=worker, lease_until=until, heartbeat_at=now, progress_at=now,
-        progress_marker="", started_at=now, evidence="", attempt_timeout=timeout,
+        owner=worker, lease_until=_lease_until(b.view.task, now, lease), heartbeat_at=now,
+        progress_at=now, progress_marker="", started_at=now, evidence="",
+        attempt_timeout=timeout,
     )
     b.write(claimed)
     b.event("claimed", claimed, why)
-    b.plan.result = "claimed"
-    b.plan.detail = claimed
-    return b.plan
+    return claimed
+
+
+@dataclass(frozen=True)
+class NextClaim:
+    """A completion's offer to run one node it readies, claimed in the same transaction
+    (the worker that committed the outcome goes on with its slot, skipping the queue).
+
+    Attributes:
+        worker: Who claims (the completing worker).
+        lease: Lease the claim grants.
+        lanes: Lanes the worker's slot may take; a readied node in another lane goes
+            through the queue.
+    """
+
+    worker: str
+    lease: float
+    lanes: frozenset[str]
+
+
+def _claim_next(b: _Builder, ask: NextClaim) -> None:
+    """Claim, in the plan being built, the first node it readies that the queue would
+    hand out next anyway: offered now (no delay), in one of ``ask.lanes``, with nothing
+    waiting in its lane (so it overtakes no queued work and no priority), claimable at
+    once (within its attempts and the task deadline, no ramp after an outage). The node
+    leaves the plan's enqueue list and its claim is ``plan.detail``; nothing else
+    changes, so a plan that claims nothing is the plain completion."""
+    view = b.view
+    for index, (nid, delay) in enumerate(b.plan.enqueue):
+        node = view.dag.nodes[nid]
+        if delay > 0 or node.lane not in ask.lanes:
+            continue
+        snap = b.snap(nid)
+        if snap.state is not NodeState.WAITING or snap.attempt >= node.attempts:
+            continue
+        if view.task.deadline and b.now >= deadline_at(view.task, b.now):
+            return
+        dependency = dependency_of(node)
+        if dependency and view.ramp(dependency) is not None:
+            continue
+        if view.depth(node.lane):
+            continue
+        del b.plan.enqueue[index]
+        b.plan.detail = _take(b, node, snap, worker=ask.worker, lease=ask.lease)
+        return
 
 
 #: Run durations a node's record keeps for its ``timeout_policy`` (the newest).
@@ -668,9 +720,13 @@ def plan_checkpoint(view: View, node_id: str, *, fence: int, state: Any, now: fl
 
 
 def plan_complete(view: View, node_id: str, *, fence: int, outcome: Outcome, now: float,
-                  ids: EventIds, config: RuleConfig) -> Plan:
+                  ids: EventIds, config: RuleConfig, claim_next: NextClaim | None = None
+                  ) -> Plan:
     """Commit an attempt's outcome: ``committed`` only with the current fence; a repeat
-    of the committed result is ``already-done``; anything else is ``stale``."""
+    of the committed result is ``already-done``; anything else is ``stale``.
+
+    With ``claim_next``, a success also claims one node it readies for the same worker
+    (:func:`_claim_next`): ``plan.detail`` is then that node's claimed snapshot."""
     snap = view.snap(node_id)
     node = view.dag.nodes[node_id]
     if snap.state is NodeState.SUCCEEDED and isinstance(outcome, Success):
@@ -699,6 +755,8 @@ def plan_complete(view: View, node_id: str, *, fence: int, outcome: Outcome, now
         b.write(done)
         b.event("committed", done, f"-> {_taken(hops)}")
         b.settle(decided=[node_id])
+        if claim_next is not None:
+            _claim_next(b, claim_next)
         return b.plan
     if isinstance(outcome, Paused):
         return _pause(b, node, snap, outcome, config)

@@ -17,7 +17,7 @@ from axengine.records import Snapshot, TaskRecord
 from axengine.timeouts import AdaptivePolicy, node_timeout_policy
 from executors.contract import NodeRequest
 
-__all__ = ["ClaimResult", "claimed"]
+__all__ = ["ClaimResult", "Completed", "claimed"]
 
 #: Fields of a node that are not part of what its handler runs on: edges are the
 #: engine's, the input template is replaced by the rendered input.
@@ -50,6 +50,24 @@ class ClaimResult:
     dag_hash: str = ""
     timeout_grace: float = 0.0
     timeout_cap: float = 0.0
+
+
+@dataclass(frozen=True)
+class Completed:
+    """Answer to a completion that may go on with a successor
+    (:meth:`~axengine.engine.Engine.complete_and_claim`).
+
+    Attributes:
+        answer: ``committed``, ``stale`` or ``already-done``.
+        snapshot: The node as this completion wrote it (None: it wrote nothing).
+        next: The claim of a node the completion readied, made in the same transaction
+            for the completing worker (None: nothing was claimed; readied nodes are in
+            the queue).
+    """
+
+    answer: str
+    snapshot: Snapshot | None = None
+    next: ClaimResult | None = None
 
 
 def claimed(task: TaskRecord, node: Node, snap: Snapshot, params: Mapping[str, Any] | None

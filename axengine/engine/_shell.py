@@ -37,11 +37,12 @@ from axengine.dag import Dag, Node, check_task_input
 from axengine.engine import _effects as effects
 from axengine.engine import _rules as rules
 from axengine.engine._budget import require_fit
+from axengine.engine._cache import RecordCache
 from axengine.engine._index import index_writes
 from axengine.engine._ramp import decode_ramp, dependency_of, encode_ramp
 from axengine.engine._reads import EngineReads, TaskView, _event_id
 from axengine.engine._restore import restored
-from axengine.engine._runs import ClaimResult, claimed
+from axengine.engine._runs import ClaimResult, Completed, claimed
 from axengine.engine._view import Need, View
 from axengine.errors import Conflict, NotFound, StoreError
 from axengine.keys import StoreKeys
@@ -136,6 +137,7 @@ class Engine(EngineReads):
         self.clock = clock
         self._dags: dict[str, Dag] = {}
         self._listeners: list[Listener] = []
+        self._cache = RecordCache()
 
     # ------------------------------------------------------------------ plumbing
 
@@ -152,24 +154,49 @@ class Engine(EngineReads):
             self._dags[dag.hash] = dag
         return dag.hash
 
+    async def _view(self, task_id: str, *, use_cache: bool) -> View:
+        """A view of the task record (from the cache when ``use_cache`` and it is there)."""
+        key = self._keys.task(task_id)
+        hit = self._cache.get(key) if use_cache else None
+        if hit is not None:
+            task_rev, task = hit
+        else:
+            kv = await self._store.get(key)
+            if kv is None:
+                raise NotFound(f"task {task_id!r} does not exist")
+            task, task_rev = codec.decode_task(kv.value), kv.mod_revision
+            self._cache.put(key, task_rev, task, len(kv.value))
+        return View(dag=await self.get_dag(task.dag_hash), task=task, task_rev=task_rev,
+                    use_cache=use_cache, task_cached=hit is not None)
+
     async def _fill(self, view: View, need: Need) -> None:
         ramps = set(need.ramps)
         if need.nodes:
-            keys = {self._keys.snapshot(view.task.task_id, n): n for n in sorted(need.nodes)}
+            keys: dict[str, str] = {}
+            for nid in sorted(need.nodes):
+                key = self._keys.snapshot(view.task.task_id, nid)
+                hit = self._cache.get(key) if view.use_cache else None
+                if hit is None:
+                    keys[key] = nid
+                else:
+                    view.revs[nid], view.snaps[nid] = hit
+                    view.cached.add(nid)
             # The ramps of these nodes' dependencies come in the same read: a claim or
             # an outcome asks for them next, and one round trip is cheaper than two.
             deps = {d for n in need.nodes if (d := dependency_of(view.dag.nodes[n]))
                     and d not in view.ramps}
-            ramp_keys = {self._keys.ramp(d): d for d in sorted(deps - ramps)}
-            found = await self._store.get_many([*keys, *ramp_keys])
+            ramp_keys = self._cached_ramps(view, deps - ramps)
+            found = (await self._store.get_many([*keys, *ramp_keys]) if keys or ramp_keys
+                     else {})
             for key, nid in keys.items():
                 kv = found.get(key)
                 if kv is None:
                     raise StoreError(f"snapshot {key} is missing")
-                view.snaps[nid] = codec.decode_snapshot(kv.value)
+                view.snaps[nid] = snap = codec.decode_snapshot(kv.value)
                 view.revs[nid] = kv.mod_revision
+                self._cache.put(key, kv.mod_revision, snap, len(kv.value))
             for key, dependency in ramp_keys.items():
-                self._loaded_ramp(view, dependency, found.get(key))
+                self._loaded_ramp(view, dependency, key, found.get(key))
         for nid in sorted(need.outputs):
             ref = view.snaps[nid].output_ref
             assert ref is not None
@@ -191,15 +218,30 @@ class Engine(EngineReads):
         for lane in sorted(need.depths):
             view.queue_depths[lane] = await self.queue.depth(lane)
         if ramps:
-            keys = {self._keys.ramp(d): d for d in sorted(ramps)}
-            found = await self._store.get_many(list(keys))
+            keys = self._cached_ramps(view, ramps)
+            found = await self._store.get_many(list(keys)) if keys else {}
             for key, dependency in keys.items():
-                self._loaded_ramp(view, dependency, found.get(key))
+                self._loaded_ramp(view, dependency, key, found.get(key))
 
-    @staticmethod
-    def _loaded_ramp(view: View, dependency: str, kv: KeyValue | None) -> None:
-        view.ramps[dependency] = None if kv is None else decode_ramp(kv.value)
-        view.ramp_revs[dependency] = 0 if kv is None else kv.mod_revision
+    def _cached_ramps(self, view: View, dependencies: Iterable[str]) -> dict[str, str]:
+        """Fill ``view`` with the ramps of ``dependencies`` the cache holds (a ramp's
+        absence included); return the keys left to read, with their dependency."""
+        missing: dict[str, str] = {}
+        for dependency in sorted(dependencies):
+            key = self._keys.ramp(dependency)
+            hit = self._cache.get(key) if view.use_cache else None
+            if hit is None:
+                missing[key] = dependency
+            else:
+                view.ramp_revs[dependency], view.ramps[dependency] = hit
+                view.cached_ramps.add(dependency)
+        return missing
+
+    def _loaded_ramp(self, view: View, dependency: str, key: str,
+                     kv: KeyValue | None) -> None:
+        view.ramps[dependency] = ramp = None if kv is None else decode_ramp(kv.value)
+        view.ramp_revs[dependency] = rev = 0 if kv is None else kv.mod_revision
+        self._cache.put(key, rev, ramp, 0 if kv is None else len(kv.value))
 
     @staticmethod
     def _decide(view: View, rule: Callable[[View], rules.Plan]) -> rules.Plan | Need:
@@ -210,33 +252,52 @@ class Engine(EngineReads):
 
     async def _apply(
         self, task_id: str, rule: Callable[[View], rules.Plan], *,
-        preload: Iterable[str] = (),
+        preload: Iterable[str] = (), prefetch: Callable[[Dag], Need] | None = None,
     ) -> tuple[rules.Plan, View]:
-        """Decide and commit one transition, re-deciding on a lost compare."""
+        """Decide and commit one transition, re-deciding on a lost compare.
+
+        ``preload``: nodes the rule reads first (checked to exist); ``prefetch``: what
+        the rule will most likely ask for next, loaded with them in one read rather
+        than one :class:`Need` at a time."""
         preload = tuple(preload)
-        for attempt in range(MAX_CAS_RETRIES):
-            if attempt:
+        use_cache, lost = True, 0
+        for _ in range(MAX_CAS_RETRIES + 1):
+            if lost:
                 # Lost a compare: siblings of a join all write the task record; jittered
                 # backoff keeps a crowd of them from colliding again in lockstep.
-                await asyncio.sleep(random.uniform(0, min(0.05, 0.0005 * 2 ** attempt)))
-            task, task_rev = await self._load_task(task_id)
-            view = View(dag=await self.get_dag(task.dag_hash), task=task, task_rev=task_rev)
+                await asyncio.sleep(random.uniform(0, min(0.05, 0.0005 * 2 ** lost)))
+            view = await self._view(task_id, use_cache=use_cache)
             for nid in preload:
                 # A caller naming a node the DAG does not have is a bad request, not a
                 # missing snapshot in the store.
                 if nid not in view.dag.nodes:
                     raise NotFound(f"task {task_id!r} has no node {nid!r}")
-            if preload:
+            if prefetch is not None:
+                ahead = prefetch(view.dag)
+                await self._fill(view, Need(nodes=(*preload, *ahead.nodes),
+                                            depths=ahead.depths))
+            elif preload:
                 await self._fill(view, Need(nodes=preload))
             while isinstance(decided := self._decide(view, rule), Need):
                 await self._fill(view, decided)
             plan = decided
             # (Recorded durations never come alone: they ride with a node's success.)
             if not plan.writes and plan.task is None and not plan.ramps:
+                if view.from_cache:
+                    # Nothing written means nothing compared: the answer (stale, not
+                    # claimable...) is only given on fresh reads.
+                    use_cache = False
+                    continue
                 return plan, view
             if (await self._commit(view, plan)).succeeded:
                 await self._after_commit(view, plan)
                 return plan, view
+            self._cache.drop([self._keys.task(task_id), *(
+                self._keys.snapshot(task_id, n) for n in {*view.snaps, *plan.writes}), *(
+                self._keys.ramp(d) for d in {*view.ramps, *plan.ramps})])
+            use_cache, lost = False, lost + 1
+            if lost >= MAX_CAS_RETRIES:
+                break
         raise StoreError(f"task {task_id}: gave up after {MAX_CAS_RETRIES} conflicting writes")
 
     async def _externalize(self, snap: Snapshot) -> Snapshot:
@@ -287,37 +348,62 @@ class Engine(EngineReads):
         task_id = view.task.task_id
         compares = list(extra_compares)
         ops: list[Op] = list(extra_ops)
+        #: What the cache learns if the transaction commits: (key, record, bytes).
+        learned: list[tuple[str, Any, int]] = []
         task = self._task_writes(view, plan, now)
-        if task is not None:
+        if task is not None or view.task_cached:
             compares.append(Mod(self._keys.task(task_id)) == view.task_rev)
+        # Cached snapshots the decision read without writing them are compared too: a
+        # cached view commits only if all it read is still current.
+        for nid in sorted(view.cached - plan.writes.keys()):
+            compares.append(Mod(self._keys.snapshot(task_id, nid)) == view.revs[nid])
+        if task is not None:
             if task.status != view.task.status:
                 plan.events.append(Event(
                     task_id=task_id, event_id=_event_id(now, 9999),
                     kind="task_" + task.status.lower(),
                     at=now, state=task.status.value, actor="engine",
                 ))
-            ops.append(Put(self._keys.task(task_id), codec.encode_task(task)))
+            data = codec.encode_task(task)
+            ops.append(Put(self._keys.task(task_id), data))
+            learned.append((self._keys.task(task_id), task, len(data)))
             # The indexes move in the same transaction as the record (revision 0: a
             # submit, every entry is new).
             ops.extend(index_writes(self._keys, view.task if view.task_rev else None, task))
             plan.task = task
-        for nid, snap in plan.writes.items():
+        for nid, snap in list(plan.writes.items()):
             key = self._keys.snapshot(task_id, nid)
             compares.append(Mod(key) == view.revs.get(nid, 0))
-            ops.append(Put(key, codec.encode_snapshot(await self._externalize(snap))))
+            # The plan keeps the snapshot as stored (large payloads as blob references).
+            plan.writes[nid] = snap = await self._externalize(snap)
+            data = codec.encode_snapshot(snap)
+            ops.append(Put(key, data))
+            learned.append((key, snap, len(data)))
         for event in plan.events:
             ops.append(Put(self._keys.event(task_id, event.event_id), codec.encode_event(event)))
         for nid, durations in plan.durations.items():
             ops.append(Put(self._keys.stats(view.task.dag_name, nid),
                            json.dumps({"durations": durations}).encode()))
+        forgotten: list[str] = []
         for dependency, ramp in plan.ramps.items():
             # Every executor's claims meet here: the ramp moves under a compare too.
             key = self._keys.ramp(dependency)
             compares.append(Mod(key) == view.ramp_revs.get(dependency, 0))
-            ops.append(Delete(key) if ramp is None else Put(key, encode_ramp(ramp)))
+            if ramp is None:
+                ops.append(Delete(key))
+                forgotten.append(key)  # (a deleted key's revision is 0: read it again)
+            else:
+                data = encode_ramp(ramp)
+                ops.append(Put(key, data))
+                learned.append((key, ramp, len(data)))
+        for dependency in sorted(view.cached_ramps - plan.ramps.keys()):
+            compares.append(Mod(self._keys.ramp(dependency)) == view.ramp_revs[dependency])
         faults.point("before-commit")
         result = await self._store.txn(compares, ops, failure)
         if result.succeeded:
+            for key, record, size in learned:
+                self._cache.put(key, result.revision, record, size)
+            self._cache.drop(forgotten)
             faults.point("after-commit")
         return result
 
@@ -504,10 +590,38 @@ class Engine(EngineReads):
     async def complete(self, task_id: str, node_id: str, *, fence: int,
                        outcome: Outcome) -> str:
         """Commit an outcome: ``committed``, ``stale`` or ``already-done``."""
-        plan, _ = await self._apply(task_id, lambda v: rules.plan_complete(
+        return (await self._complete(task_id, node_id, fence, outcome, None)).answer
+
+    async def complete_and_claim(self, task_id: str, node_id: str, *, fence: int,
+                                 outcome: Outcome, worker: str, lanes: Iterable[str],
+                                 lease_seconds: float | None = None) -> Completed:
+        """Commit an outcome and, in the same transaction, claim for ``worker`` one node
+        it readies in one of ``lanes`` with nothing queued ahead of it
+        (:func:`rules.plan_complete` with a :class:`rules.NextClaim`). One transaction
+        and no queue round trip per node of a chain; the fence rules are those of a
+        claim and a completion, each checked as if alone."""
+        ask = rules.NextClaim(worker=worker, lease=lease_seconds or self.config.lease_seconds,
+                              lanes=frozenset(lanes))
+        return await self._complete(task_id, node_id, fence, outcome, ask)
+
+    async def _complete(self, task_id: str, node_id: str, fence: int, outcome: Outcome,
+                        ask: rules.NextClaim | None) -> Completed:
+        def ahead(dag: Dag) -> Need:
+            # A success settles the node's targets, and with ``ask`` may claim one of
+            # them if its lane is empty: read all that with the node itself.
+            targets = dag.nodes[node_id].targets if node_id in dag.nodes else ()
+            lanes = {dag.nodes[t].lane for t in targets} & ask.lanes if ask else set()
+            return Need(nodes=targets, depths=lanes)
+
+        plan, view = await self._apply(task_id, lambda v: rules.plan_complete(
             v, node_id, fence=fence, outcome=outcome, now=self.clock(), ids=self._ids(),
-            config=self.config.rules), preload=(node_id,))
-        return plan.result
+            config=self.config.rules, claim_next=ask), preload=(node_id,), prefetch=ahead)
+        following: ClaimResult | None = None
+        if isinstance(plan.detail, Snapshot):
+            snap: Snapshot = plan.detail
+            task = plan.task or view.task
+            following = await self._claimed(task, view.dag.nodes[snap.node_id], snap)
+        return Completed(plan.result, plan.writes.get(node_id), following)
 
     async def decide(self, task_id: str, node_id: str, *, decision: str, by: str,
                      comment: str = "", data: Any = NO_EDITS) -> str:

@@ -61,6 +61,19 @@ class View:
     run_durations: dict[str, list[float]] = field(default_factory=dict)
     #: Queue depth by lane, as read for this decision.
     queue_depths: dict[str, int] = field(default_factory=dict)
+    #: Whether snapshots may come from the engine's cache of what it last read or wrote
+    #: (:mod:`~axengine.engine._cache`); those it took are in ``cached``, and
+    #: ``task_cached`` says the task record came from it.
+    use_cache: bool = False
+    cached: set[str] = field(default_factory=set)
+    task_cached: bool = False
+    #: Dependencies whose ramp (or its absence) came from the cache.
+    cached_ramps: set[str] = field(default_factory=set)
+
+    @property
+    def from_cache(self) -> bool:
+        """Whether any record of this view came from the cache."""
+        return self.task_cached or bool(self.cached) or bool(self.cached_ramps)
 
     def snap(self, node_id: str) -> Snapshot:
         try:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import math
 import threading
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Protocol, cast
 
 from axengine import faults
@@ -56,6 +56,14 @@ class EngineClient(Protocol):
 
     async def complete(self, task_id: str, node_id: str, *, fence: int,
                        outcome: Any) -> str: ...
+
+    async def complete_and_claim(self, task_id: str, node_id: str, *, fence: int,
+                                 outcome: Any, worker: str, lanes: Iterable[str],
+                                 lease_seconds: float | None = None) -> Any:
+        """Commit an outcome and claim, in the same transaction, a node it readies in
+        one of ``lanes`` with nothing queued ahead (a ``Completed``: the answer and the
+        successor's claim, or None)."""
+        ...
 
     async def effect_begin(self, key: str, *, task_id: str, node_id: str,
                            fence: int) -> str:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -128,12 +128,16 @@ class _Tracking:
         claim = await self.inner.claim(task_id, node_id, worker=worker,
                                        lease_seconds=lease_seconds)
         if claim.result == "claimed":
-            self.flights[(task_id, node_id)] = _Flight(claim.request)
-            log.info("claimed %s/%s fence=%d attempt=%d", task_id, node_id,
-                     claim.request.fence, claim.request.attempt)
+            self._claimed(claim)
         else:
             log.debug("claim %s/%s: %s %s", task_id, node_id, claim.result, claim.reason)
         return claim
+
+    def _claimed(self, claim: Any) -> None:
+        request = claim.request
+        self.flights[(request.task_id, request.node_id)] = _Flight(request)
+        log.info("claimed %s/%s fence=%d attempt=%d", request.task_id, request.node_id,
+                 request.fence, request.attempt)
 
     async def heartbeat(self, task_id: str, node_id: str, *, fence: int,
                         lease_seconds: float | None = None,
@@ -165,22 +169,44 @@ class _Tracking:
 
     async def complete(self, task_id: str, node_id: str, *, fence: int,
                        outcome: Any) -> str:
+        done: str = await self._completing(
+            task_id, node_id, fence, outcome,
+            self.inner.complete(task_id, node_id, fence=fence, outcome=outcome))
+        return done
+
+    async def complete_and_claim(self, task_id: str, node_id: str, *, fence: int,
+                                 outcome: Any, worker: str, lanes: Iterable[str],
+                                 lease_seconds: float | None = None) -> Any:
+        done = await self._completing(
+            task_id, node_id, fence, outcome,
+            self.inner.complete_and_claim(task_id, node_id, fence=fence, outcome=outcome,
+                                          worker=worker, lanes=lanes,
+                                          lease_seconds=lease_seconds))
+        following = done.next
+        if following is not None:
+            self._claimed(following)
+        return done
+
+    async def _completing(self, task_id: str, node_id: str, fence: int, outcome: Any,
+                          call: Awaitable[Any]) -> Any:
+        """Await a completion ``call``, keeping the flight's books and logging the answer."""
         flight = self.flights.get((task_id, node_id))
         if flight is not None and flight.request.fence == fence:
             flight.completing = True
         try:
-            answer = await self.inner.complete(task_id, node_id, fence=fence, outcome=outcome)
+            done = await call
         except BaseException:
             if flight is not None:
                 flight.completing = False
             raise
+        answer = done if isinstance(done, str) else done.answer
         self.forget(task_id, node_id, fence)
         if self.observe is not None:
             self.observe(task_id, node_id, answer, outcome)
         log.log(logging.WARNING if answer == "stale" else logging.INFO,
                 "complete %s/%s fence=%d %s: %s", task_id, node_id, fence,
                 type(outcome).__name__, answer)
-        return answer
+        return done
 
     def forget(self, task_id: str, node_id: str, fence: int) -> None:
         flight = self.flights.get((task_id, node_id))

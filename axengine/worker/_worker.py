@@ -19,6 +19,7 @@ from typing import Any
 from axengine import faults, tracing
 from axengine.activity import Activity, ActivityMeter, ActivitySample
 from axengine.clock import SYSTEM, Clock, sleep
+from axengine.engine._runs import ClaimResult
 from axengine.errors import AxError
 from axengine.owners import LOCAL_PRINCIPAL, host_pid_owner
 from axengine.queue import (
@@ -171,6 +172,9 @@ class Worker:
         self.runners.update(runners or {})
         self.runner = runner
         self._active: set[asyncio.Task[None]] = set()
+        #: Set while :meth:`run` serves (None: not serving — :meth:`process` called alone
+        #: commits each node plainly and claims nothing more).
+        self._stop: asyncio.Event | None = None
         self.processed = 0
         #: Emits a span per node attempt when this process traces (docs/tracing.md).
         self.tracing = tracing.current()
@@ -184,6 +188,7 @@ class Worker:
         cancelled Redis pop may strand its item in the processing list).
         """
         await self.queue.recover(self.worker_id)
+        self._stop = stop
         slots = asyncio.Semaphore(self.concurrency)
         # A queue that can end a waiting pop (the in-process one) is told to at the stop,
         # so stopping takes no poll timeout; a Redis pop is never cut short.
@@ -253,8 +258,22 @@ class Worker:
             else:
                 await self.queue.ack(self.worker_id, item)
             return claim.result  # type: ignore[no-any-return]
+        answer, following = await self._attempt(claim, item.lane)
+        await self.queue.ack(self.worker_id, item)
+        faults.point("after-ack")
+        # A successor the completion claimed for this slot runs here, without a queue
+        # item: were this process to die, its lease would lapse and the reconciler would
+        # offer it again, as for any claimed node.
+        while following is not None:
+            answer, following = await self._attempt(following, item.lane)
+        return answer
+
+    async def _attempt(self, claim: ClaimResult, lane: str) -> tuple[str, ClaimResult | None]:
+        """Run a claimed node and commit its outcome under the claim's fence; the answer,
+        and the claim of a successor made by the same commit (see :meth:`_complete`)."""
         faults.point("after-claim")
-        request: NodeRequest = claim.request
+        request = claim.request
+        assert request is not None  # a claimed result carries its request
         ctx = RunContext(loop=asyncio.get_running_loop(), engine=self.engine, request=request,
                          lease_seconds=self.lease_seconds,
                          settings=settings_for(self.settings, claim.submitted_by),
@@ -268,19 +287,30 @@ class Worker:
             # outcome through the API under its fence (or goes on without us).
             if self.on_end is not None:
                 self.on_end(ctx)
-            await self.queue.ack(self.worker_id, item)
             if isinstance(outcome, Reported) and not ctx.stale:
                 self.processed += 1
-                return outcome.answer
-            return "stale"
+                return outcome.answer, None
+            return "stale", None
         faults.point("before-complete")
-        answer = await self.engine.complete(item.task_id, item.node_id, fence=request.fence,
-                                            outcome=outcome)
+        answer, following = await self._complete(request, outcome, lane)
         faults.point("after-complete")
-        await self.queue.ack(self.worker_id, item)
-        faults.point("after-ack")
         self.processed += 1
-        return answer
+        return answer, following
+
+    async def _complete(self, request: NodeRequest, outcome: Outcome,
+                        lane: str) -> tuple[str, ClaimResult | None]:
+        """Commit ``outcome``; while this worker serves, the same transaction may claim a
+        node it readies in this slot's lane (``complete_and_claim``), so a chain runs on
+        one slot with one transaction per node. A stopping worker takes nothing new."""
+        if self._stop is None or self._stop.is_set():
+            return await self.engine.complete(request.task_id, request.node_id,
+                                              fence=request.fence, outcome=outcome), None
+        done = await self.engine.complete_and_claim(
+            request.task_id, request.node_id, fence=request.fence, outcome=outcome,
+            worker=self.worker_id, lanes=(lane,), lease_seconds=self.lease_seconds)
+        # A claim made while the stop came is a run in flight like any other: it runs
+        # (an executor's shutdown may hand it back); the next completion takes nothing.
+        return done.answer, done.next
 
     async def _run(self, request: NodeRequest, ctx: RunContext,
                    timeout: float) -> Outcome | Reported:

@@ -37,7 +37,7 @@ import json
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -48,7 +48,7 @@ import grpc
 
 from axengine import codec
 from axengine.activity import Activity
-from axengine.engine import ClaimResult
+from axengine.engine import ClaimResult, Completed
 from axengine.errors import AxError, BlobError, InputError, StoreError, class_for_grpc
 from executors.contract import Failure, NodeRequest, Outcome, Paused, Success, Unavailable
 from proto.ax.v1 import ax_pb2, ax_pb2_grpc
@@ -316,6 +316,38 @@ class GrpcEngineClient:
                        outcome: Outcome) -> str:
         """Commit an outcome: ``committed``, ``stale`` or ``already-done``."""
         _, worker = self._fence_of(task_id, node_id)
+        request = self._complete_request(task_id, node_id, fence, worker, outcome)
+        return (await self._complete(request)).answer
+
+    async def complete_and_claim(self, task_id: str, node_id: str, *, fence: int,
+                                 outcome: Outcome, worker: str, lanes: Iterable[str],
+                                 lease_seconds: float | None = None) -> Completed:
+        """Commit an outcome and claim a node it readies for ``worker`` in the same
+        transaction; see :meth:`axengine.engine.Engine.complete_and_claim`."""
+        request = self._complete_request(task_id, node_id, fence, worker, outcome)
+        request.claim_lanes.extend(lanes)
+        request.claim_lease_seconds = lease_seconds or 0.0
+        return await self._complete(request)
+
+    async def _complete(self, request: Any) -> Completed:
+        task_id, node_id = request.task_id, request.node_id
+        reply = await self._call(f"complete {task_id}/{node_id}", self.stub.Complete, request)
+        self._forget(task_id, node_id, request.fence)
+        answer = _COMPLETE.get(reply.result)
+        if answer is None:
+            raise StoreError(f"complete {task_id}/{node_id}: unknown result {reply.result}")
+        following = None
+        if reply.HasField("next"):
+            if reply.next.result != ax_pb2.CLAIM_RESULT_CLAIMED or not reply.next.node_id:
+                raise StoreError(f"complete {task_id}/{node_id}: the API answered a next "
+                                 "claim without a claimed node")
+            self._claims[(task_id, reply.next.node_id)] = (reply.next.fence, request.worker_id)
+            following = self._claimed(task_id, reply.next.node_id, reply.next)
+        return Completed(answer, next=following)
+
+    @staticmethod
+    def _complete_request(task_id: str, node_id: str, fence: int, worker: str,
+                          outcome: Outcome) -> Any:
         request = ax_pb2.CompleteRequest(task_id=task_id, node_id=node_id, fence=fence,
                                          worker_id=worker)
         if isinstance(outcome, Success):
@@ -338,12 +370,7 @@ class GrpcEngineClient:
                 request.failure.details_json = codec.canonical_json(dict(outcome.details))
         else:
             raise InputError(f"complete {task_id}/{node_id}: not an outcome: {outcome!r}")
-        reply = await self._call(f"complete {task_id}/{node_id}", self.stub.Complete, request)
-        self._forget(task_id, node_id, fence)
-        answer = _COMPLETE.get(reply.result)
-        if answer is None:
-            raise StoreError(f"complete {task_id}/{node_id}: unknown result {reply.result}")
-        return answer
+        return request
 
     async def effect_begin(self, key: str, *, task_id: str, node_id: str,
                            fence: int) -> str:

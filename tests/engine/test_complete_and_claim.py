@@ -1,0 +1,292 @@
+"""The merged transaction "commit A + claim B" (``Engine.complete_and_claim``).
+
+A worker that commits a node's outcome may claim, in the same transaction, a successor
+the commit readies, when nothing waits in that successor's lane. The fence rules do not
+move: a stale fence commits nothing and claims nothing; a claim made this way is a claim
+like any other (next fence, attempt, lease, a ``claimed`` event), so a takeover, a
+lease expiry or a crash treat it as they treat a popped one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from axengine.dag import Dag, load_dag_mapping
+from axengine.engine import Engine, EngineConfig, NodeState
+from axengine.engine._rules import RuleConfig
+from axengine.queue import WorkItem
+from axengine.queue.inprocess import InProcessQueue
+from axengine.store.embedded import SqliteStore
+from executors.contract import Failure, Success
+from tests.engine.conftest import FakeClock, run
+from tests.engine.test_interleavings import dags, two_node_dag, value_of
+
+TOOLS = {"echo"}
+
+
+def chain(*lanes: str) -> Dag:
+    nodes: dict[str, dict[str, object]] = {}
+    for i, lane in enumerate(lanes):
+        nodes[f"n{i}"] = {"type": "tool_call", "tool": "echo", "input": f"x{i}",
+                          "lane": lane, **({"next": f"n{i + 1}"} if i + 1 < len(lanes) else {})}
+    return load_dag_mapping({"name": "chain", "nodes": nodes}, tools=TOOLS, models=set())
+
+
+async def _drain(queue: InProcessQueue) -> list[WorkItem]:
+    """Pop and ack everything queued now (a worker taking the queue's items)."""
+    items = []
+    while (item := await queue.pop("drain", lanes=("fast", "default"), timeout=0)) is not None:
+        await queue.ack("drain", item)
+        items.append(item)
+    return items
+
+
+def test_a_completion_claims_its_successor_in_the_same_transaction(
+        make_engine: Callable[..., Engine]) -> None:
+    async def main() -> None:
+        engine = make_engine()
+        queue = engine.queue
+        assert isinstance(queue, InProcessQueue)
+        task = (await engine.submit(chain("default", "default", "default"), {})).task_id
+        assert [i.node_id for i in await _drain(queue)] == ["n0"]
+        first = await engine.claim(task, "n0", worker="w1")
+        assert first.request is not None
+        revision = await engine._store.revision()
+        done = await engine.complete_and_claim(task, "n0", fence=first.request.fence,
+                                               outcome=Success("a"), worker="w1",
+                                               lanes=["default"])
+        assert done.answer == "committed"
+        assert await engine._store.revision() == revision + 1  # one transaction
+        assert done.next is not None and done.next.request is not None
+        assert (done.next.request.node_id, done.next.request.fence) == ("n1", 1)
+        assert done.next.request.input == "x1"
+        assert done.snapshot is not None and done.snapshot.state is NodeState.SUCCEEDED
+        view = await engine.get_task(task)
+        n1 = view.snapshots["n1"]
+        assert (n1.state, n1.owner, n1.fence, n1.attempt) == (NodeState.RUNNING, "w1", 1, 1)
+        assert await queue.depth("default") == 0  # it skipped the queue
+        kinds = [(e.kind, e.node_id) for e in await engine.events(task)]
+        assert kinds[-3:] == [("committed", "n0"), ("ready", "n1"), ("claimed", "n1")]
+
+    run(main())
+
+
+def test_a_stale_fence_commits_nothing_and_claims_nothing(
+        make_engine: Callable[..., Engine], clock: FakeClock) -> None:
+    async def main() -> None:
+        engine = make_engine(lease_seconds=10)
+        task = (await engine.submit(chain("default", "default"), {})).task_id
+        old = await engine.claim(task, "n0", worker="w1")
+        clock.advance(11)  # w1's lease lapses; w2 takes the node over
+        new = await engine.claim(task, "n0", worker="w2")
+        assert old.request is not None and new.request is not None
+        await _drain(engine.queue)  # type: ignore[arg-type]
+        revision = await engine._store.revision()
+        done = await engine.complete_and_claim(task, "n0", fence=old.request.fence,
+                                               outcome=Success("late"), worker="w1",
+                                               lanes=["default"])
+        assert (done.answer, done.next) == ("stale", None)
+        assert await engine._store.revision() == revision
+        view = await engine.get_task(task)
+        assert view.snapshots["n1"].state is NodeState.PENDING
+        assert view.snapshots["n0"].owner == "w2"
+
+    run(main())
+
+
+def test_queued_work_and_other_lanes_go_through_the_queue(
+        make_engine: Callable[..., Engine]) -> None:
+    async def main() -> None:
+        engine = make_engine()
+        queue = engine.queue
+        assert isinstance(queue, InProcessQueue)
+        dag = chain("default", "default")
+        waiting = (await engine.submit(dag, {})).task_id  # its n0 stays queued
+        task = (await engine.submit(dag, {})).task_id
+        claim = await engine.claim(task, "n0", worker="w1")
+        assert claim.request is not None
+        # Something waits in n1's lane: claiming n1 here would overtake it.
+        done = await engine.complete_and_claim(task, "n0", fence=claim.request.fence,
+                                               outcome=Success("a"), worker="w1",
+                                               lanes=["default"])
+        assert (done.answer, done.next) == ("committed", None)
+        assert {(i.task_id, i.node_id) for i in await _drain(queue)} == {
+            (waiting, "n0"), (task, "n0"), (task, "n1")}
+
+        other = (await engine.submit(chain("default", "fast"), {})).task_id
+        await _drain(queue)
+        claim = await engine.claim(other, "n0", worker="w1")
+        assert claim.request is not None
+        # n1 is in the fast lane; this slot serves the default lane only.
+        done = await engine.complete_and_claim(other, "n0", fence=claim.request.fence,
+                                               outcome=Success("a"), worker="w1",
+                                               lanes=["default"])
+        assert done.next is None
+        assert [(i.node_id, i.lane) for i in await _drain(queue)] == [("n1", "fast")]
+
+    run(main())
+
+
+def test_a_failure_or_a_retry_claims_nothing(make_engine: Callable[..., Engine]) -> None:
+    async def main() -> None:
+        engine = make_engine()
+        task = (await engine.submit(chain("default", "default"), {})).task_id
+        await _drain(engine.queue)  # type: ignore[arg-type]
+        claim = await engine.claim(task, "n0", worker="w1")
+        assert claim.request is not None
+        done = await engine.complete_and_claim(task, "n0", fence=claim.request.fence,
+                                               outcome=Failure("flaky", retryable=True),
+                                               worker="w1", lanes=["default"])
+        assert (done.answer, done.next) == ("committed", None)
+        view = await engine.get_task(task)
+        assert view.snapshots["n0"].state is NodeState.WAITING  # backing off, queued
+        assert view.snapshots["n1"].state is NodeState.PENDING
+
+    run(main())
+
+
+# --------------------------------------------------------------------- property
+
+ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("claim"), st.sampled_from("AB"), st.integers(0, 7)),
+        st.tuples(st.just("complete"), st.sampled_from("AB"), st.integers(0, 7)),
+        st.tuples(st.just("fail"), st.sampled_from("AB"), st.integers(0, 7)),
+        st.tuples(st.just("drain"), st.just(""), st.just(0)),
+        st.tuples(st.just("advance"), st.sampled_from([1.0, 20.0, 40.0]), st.just(0)),
+        st.tuples(st.just("crash"), st.sampled_from("AB"), st.just(0)),
+        st.tuples(st.just("expire"), st.just(""), st.just(0)),
+    ),
+    min_size=4,
+    max_size=40,
+)
+
+
+@settings(max_examples=120, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(dag=dags(), script=ops, seed=st.integers(0, 9))
+# A stale worker completes after a takeover (nothing written, nothing claimed), then the
+# new holder's completion claims the successor.
+@example(dag=two_node_dag(), script=[("claim", "A", 0), ("advance", 40.0, 0),
+                                     ("claim", "B", 0), ("drain", "", 0),
+                                     ("complete", "A", 0), ("complete", "B", 0)], seed=3)
+def test_merged_commit_and_claim_keeps_the_fence_rules(
+        tmp_path_factory: object, dag: Dag, script: list[tuple[str, object, object]],
+        seed: int) -> None:
+    """Two workers complete with ``complete_and_claim`` under random interleavings,
+    takeovers, lease expiries and crashes. After every call: a stale fence wrote nothing
+    (the store revision did not move) and claimed nothing; a claimed successor is RUNNING
+    for the caller under the fence handed back, one more than its last. At the end a
+    healthy worker drains the task: every node final, committed at most once."""
+    base = Path(tmp_path_factory.mktemp("merged"))  # type: ignore[attr-defined]
+    asyncio.run(_scenario(base, dag, script, seed))
+
+
+async def _scenario(base: Path, dag: Dag, script: list[tuple[str, object, object]],
+                    seed: int) -> None:
+    clock = FakeClock()
+    store = SqliteStore(path=base / "ax.db")
+    queue = InProcessQueue()
+    engine = Engine(store=store, queue=queue, blob_dir=base / "blobs", clock=clock,
+                    config=EngineConfig(lease_seconds=30,
+                                        rules=RuleConfig(backoff_base=0.5, backoff_cap=2.0)))
+    try:
+        task = (await engine.submit(dag, {"seed": seed})).task_id
+        held: dict[str, list[tuple[str, int]]] = {"A": [], "B": []}
+        fences: dict[str, int] = {}
+
+        async def snapshots() -> dict[str, object]:
+            return dict((await engine.get_task(task)).snapshots)
+
+        for op, who, idx in script:
+            worker = str(who)
+            if op == "claim":
+                snaps = await snapshots()
+                candidates = sorted(n for n, s in snaps.items()
+                                    if s.state in (NodeState.WAITING, NodeState.RUNNING))  # type: ignore[attr-defined]
+                if candidates:
+                    node = candidates[int(idx) % len(candidates)]  # type: ignore[call-overload]
+                    res = await engine.claim(task, node, worker=worker)
+                    if res.result == "claimed":
+                        assert res.request is not None
+                        held[worker].append((node, res.request.fence))
+            elif op in ("complete", "fail") and held[worker]:
+                node, fence = held[worker].pop(int(idx) % len(held[worker]))  # type: ignore[call-overload]
+                outcome = (Success({"v": value_of(node, seed), "fence": fence})
+                           if op == "complete" else Failure("flaky", retryable=True))
+                before = await snapshots()
+                revision = await store.revision()
+                done = await engine.complete_and_claim(task, node, fence=fence,
+                                                       outcome=outcome, worker=worker,
+                                                       lanes=["default"])
+                if done.answer != "committed":
+                    assert done.next is None, done
+                    assert await store.revision() == revision, "a stale call wrote"
+                    continue
+                if done.next is None:
+                    continue
+                request = done.next.request
+                assert request is not None
+                claimed = request.node_id
+                after = (await engine.get_task(task)).snapshots[claimed]
+                assert before[claimed].state in (NodeState.PENDING,  # type: ignore[attr-defined]
+                                                 NodeState.WAITING)
+                assert (after.state, after.owner, after.fence) == (
+                    NodeState.RUNNING, worker, request.fence)
+                assert request.fence == before[claimed].fence + 1  # type: ignore[attr-defined]
+                assert request.fence > fences.get(claimed, 0)
+                fences[claimed] = request.fence
+                held[worker].append((claimed, request.fence))
+            elif op == "drain":
+                await _drain(queue)
+            elif op == "advance":
+                clock.advance(float(who))  # type: ignore[arg-type]
+            elif op == "crash":
+                held[worker].clear()
+            elif op == "expire":
+                for node, snap in (await snapshots()).items():
+                    if snap.state is NodeState.RUNNING:  # type: ignore[attr-defined]
+                        await engine.expire(task, node)
+
+        # Drain with a healthy worker that also chains: nothing may be lost.
+        for _ in range(500):
+            view = await engine.get_task(task)
+            if view.task.status.final:
+                break
+            progressed = False
+            for node, snap in view.snapshots.items():
+                if snap.state is not NodeState.WAITING:
+                    continue
+                res = await engine.claim(task, node, worker="C")
+                while res is not None and res.result == "claimed":
+                    assert res.request is not None
+                    current = res.request
+                    await _drain(queue)
+                    done = await engine.complete_and_claim(
+                        task, current.node_id, fence=current.fence, outcome=Success(
+                            {"v": value_of(current.node_id, seed), "fence": current.fence}),
+                        worker="C", lanes=["default"])
+                    progressed = True
+                    res = done.next
+            if not progressed:
+                clock.advance(31.0)
+                for node, snap in view.snapshots.items():
+                    if snap.state is NodeState.RUNNING:
+                        await engine.expire(task, node)
+        view = await engine.get_task(task)
+        assert view.task.status.value == "SUCCEEDED", view.task
+        events = await engine.events(task)
+        for node in dag.nodes:
+            commits = [e for e in events if e.kind == "committed" and e.node_id == node]
+            assert len(commits) <= 1, f"{node} committed {len(commits)} times"
+            snap = view.snapshots[node]
+            assert snap.state in (NodeState.SUCCEEDED, NodeState.SKIPPED), (node, snap.state)
+            if snap.state is NodeState.SUCCEEDED:
+                assert snap.output == {"v": value_of(node, seed), "fence": snap.fence}
+    finally:
+        await store.close()
