@@ -138,10 +138,12 @@ def test_payload_is_refused(
 ) -> None:
     canary = tmp_path / "canary"
     source = payload.replace("{canary}", str(canary))
-    started = time.perf_counter()
+    # The sandbox bounds the CPU time of the rendering thread; wall time also counts the
+    # machine's other work, so the payloads are held to the CPU bound.
+    started = time.thread_time()
     with pytest.raises(TemplateError) as exc:
         render(source, names())
-    elapsed = time.perf_counter() - started
+    elapsed = time.thread_time() - started
     assert isinstance(exc.value, expected), f"{type(exc.value).__name__}: {exc.value}"
     assert str(exc.value)
     assert isinstance(getattr(exc.value, "line", None), int)
@@ -161,10 +163,10 @@ def test_payload_is_refused(
     ],
 )
 def test_guard_payload_is_refused(guard: str) -> None:
-    started = time.perf_counter()
+    started = time.thread_time()
     with pytest.raises((TemplateSecurityError, TemplateLimitError)):
         evaluate_guard(guard, names())
-    assert time.perf_counter() - started < 1.0
+    assert time.thread_time() - started < 1.0
 
 
 def test_expression_payload_is_refused_with_its_line() -> None:
@@ -175,10 +177,10 @@ def test_expression_payload_is_refused_with_its_line() -> None:
 
 
 def test_time_limit_error_names_the_bound() -> None:
-    started = time.perf_counter()
+    started = time.thread_time()
     with pytest.raises(TemplateLimitError, match="CPU"):
         render(EMPTY_LOOPS, names())
-    assert time.perf_counter() - started < 1.0
+    assert time.thread_time() - started < 1.0
 
 
 def test_the_render_deadline_never_interrupts_code_outside_the_render() -> None:
