@@ -290,3 +290,61 @@ async def _scenario(base: Path, dag: Dag, script: list[tuple[str, object, object
                 assert snap.output == {"v": value_of(node, seed), "fence": snap.fence}
     finally:
         await store.close()
+
+
+# --------------------------------------------------------------------- the cache
+
+
+def test_an_engine_never_answers_from_what_another_engine_changed(
+        tmp_path: Path, clock: FakeClock) -> None:
+    """Two engines on one store (two API replicas): each caches what it wrote. A
+    takeover through the second leaves the first's cache behind; the first must still
+    answer the new holder's calls right — a write-less answer (``stale``) is re-decided
+    on fresh reads, a write fails its compare and is re-decided."""
+    async def main() -> None:
+        store = SqliteStore(path=tmp_path / "ax.db")
+        one, two = (Engine(store=store, queue=InProcessQueue(), blob_dir=tmp_path / "b",
+                           clock=clock, config=EngineConfig(lease_seconds=10))
+                    for _ in range(2))
+        try:
+            task = (await one.submit(chain("default", "default"), {})).task_id
+            old = await one.claim(task, "n0", worker="w1")
+            clock.advance(11)
+            new = await two.claim(task, "n0", worker="w2")  # one's cache still has fence 1
+            assert old.request is not None and new.request is not None
+            assert new.request.fence == old.request.fence + 1
+            # The old holder is stale, whichever engine it asks.
+            assert await one.heartbeat(task, "n0", fence=old.request.fence) == "stale"
+            # The new holder is current through the engine whose cache says otherwise.
+            assert await one.heartbeat(task, "n0", fence=new.request.fence) == "ok"
+            done = await one.complete_and_claim(task, "n0", fence=new.request.fence,
+                                                outcome=Success("v"), worker="w2",
+                                                lanes=["default"])
+            assert done.answer == "committed"
+            view = await two.get_task(task)
+            assert view.snapshots["n0"].output == "v"
+            assert view.snapshots["n0"].fence == new.request.fence
+            # And the engine that wrote nothing of it since answers from fresh state.
+            assert await two.complete(task, "n0", fence=new.request.fence,
+                                      outcome=Success("v")) == "already-done"
+        finally:
+            await store.close()
+
+    run(main())
+
+
+def test_the_record_cache_is_bounded_and_never_goes_back() -> None:
+    from axengine.engine._cache import RecordCache
+
+    cache = RecordCache(max_bytes=100)
+    cache.put("a", 5, "A5", 40)
+    cache.put("a", 3, "A3", 40)  # an older read arriving late does not win
+    assert cache.get("a") == (5, "A5")
+    cache.put("b", 1, "B", 40)
+    cache.get("a")  # a is now the most recently used
+    cache.put("c", 1, "C", 40)  # 120 bytes: b, the least recently used, goes
+    assert (cache.get("b"), len(cache)) == (None, 2)
+    cache.put("huge", 1, "H", 101)  # larger than the bound: not kept
+    assert cache.get("huge") is None
+    cache.drop(["a", "missing"])
+    assert cache.get("a") is None and cache.get("c") == (1, "C")
