@@ -52,4 +52,9 @@ def __getattr__(name: str) -> Any:
         from axengine import client
 
         return getattr(client, name)
+    if name == "testing":
+        # `ax.testing.stub(...)` without a separate import of the test helpers.
+        import importlib
+
+        return importlib.import_module("axengine.testing")
     raise AttributeError(f"module 'axengine' has no attribute {name!r}")

@@ -5,25 +5,70 @@ snapshot (outputs inlined from the blob store) and its timeline. Restoring write
 same keys into another (typically fresh, embedded) store; nodes that were RUNNING are
 turned back to WAITING with their fence bumped, exactly as if the process that ran them
 had crashed, so resuming continues from the recorded point without re-running anything
-committed. Secrets never appear: the store holds none (credentials live in handler
-settings, not in tasks).
+committed. Secrets of the deployment never appear: the store holds none (credentials
+live in handler settings, not in tasks).
+
+What a task *carries* may still be private (an account number in the input, a parsed
+document in an output). :func:`redact_fixture` replaces chosen fields with
+:data:`REDACTED` at export (``ax snapshot export TASK --redact input.ssn``), scrubs
+every copy of their text from the rest of the record, and lists the paths in the
+fixture's ``redacted`` field so a replay can say why a decision that read one of them
+no longer holds.
+
+Every fixture carries its format ``version``. :func:`check_fixture` reads every version
+in :data:`READABLE_VERSIONS` and refuses any other with a message that says what to do.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import copy
+import difflib
+import hashlib
+import json
+import os
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, replace
+from pathlib import Path
 from typing import Any
 
 from axengine.dag import Dag
-from axengine.engine import Engine, NodeState, Snapshot, TaskRecord, TaskStatus
+from axengine.engine import Engine, Event, NodeState, Snapshot, TaskRecord, TaskStatus
 from axengine.errors import InputError
-from axengine.records import BlobRef, Event, NextHop
+from axengine.limits import canonical_json
+from axengine.records import BlobRef, NextHop
 
-__all__ = ["FIXTURE_VERSION", "export_task", "restore_task"]
+__all__ = [
+    "FIXTURE_VERSION",
+    "READABLE_VERSIONS",
+    "REDACTED",
+    "build_fixture",
+    "check_fixture",
+    "committed_nodes",
+    "export_task",
+    "fixture_events",
+    "fixture_snapshots",
+    "load_fixture",
+    "redact_fixture",
+    "restore_task",
+]
 
-#: Format version written into every fixture.
-FIXTURE_VERSION = 1
+#: Format version written into every fixture. 2 added ``redacted`` (the paths replaced
+#: at export); a version-1 fixture is a version-2 fixture with nothing redacted.
+FIXTURE_VERSION = 2
+#: Format versions this ax restores.
+READABLE_VERSIONS = (1, 2)
+#: What a redacted value reads as in a fixture.
+REDACTED = "[redacted]"
+#: Shorter strings are replaced only where their path points, never scrubbed from the
+#: rest of the record: "no" or "42" would otherwise be blanked everywhere.
+MIN_SCRUBBED_CHARS = 4
+
+#: Fields that name records rather than carry data: never scrubbed (a node id that
+#: happens to equal a redacted text must still name its node).
+_STRUCTURE = frozenset({"task_id", "node_id", "target_node_id", "event_id", "dag_hash",
+                        "dag_name", "state", "status", "kind"})
+#: Node states whose recorded outputs and decisions are final.
+_DONE_STATES = ("SUCCEEDED", "FAILED", "SKIPPED", "DEAD", "CANCELLED")
 
 
 def _plain(value: Any) -> Any:
@@ -36,24 +81,98 @@ def _plain(value: Any) -> Any:
     return value
 
 
-async def export_task(engine: Engine, task_id: str) -> dict[str, Any]:
-    """A JSON-able record of a task (outputs and inputs inlined)."""
+def build_fixture(*, dag: Mapping[str, Any], dag_hash: str, task: TaskRecord,
+                  snapshots: Iterable[Snapshot], events: Iterable[Event]) -> dict[str, Any]:
+    """The fixture of a task from its records (inputs and outputs already inlined): what
+    :func:`export_task` and ``ax snapshot export --server`` write."""
+    return {
+        "version": FIXTURE_VERSION,
+        "dag": dict(dag),
+        "dag_hash": dag_hash,
+        "task": _plain(asdict(replace(task, input_ref=None))),
+        "snapshots": [_plain(asdict(replace(s, input_ref=None, output_ref=None)))
+                      for s in snapshots],
+        "events": [_plain(asdict(e)) for e in events],
+        "redacted": [],
+    }
+
+
+async def export_task(engine: Engine, task_id: str, *,
+                      redact: Sequence[str] = ()) -> dict[str, Any]:
+    """A JSON-able record of a task (outputs and inputs inlined), with the fields named
+    by ``redact`` replaced (see :func:`redact_fixture`)."""
     view = await engine.get_task(task_id)
     snaps = []
     for snap in view.snapshots.values():
         if snap.input_ref is not None:
             snap = replace(snap, input=await engine.blob_json(snap.input_ref))
-        snaps.append(_plain(asdict(replace(snap, input_ref=None, output_ref=None))))
-    task = replace(view.task, input_ref=None)
-    events = [_plain(asdict(e)) for e in await engine.events(task_id)]
-    return {
-        "version": FIXTURE_VERSION,
-        "dag": view.dag.canonical(),
-        "dag_hash": view.dag.hash,
-        "task": _plain(asdict(task)),
-        "snapshots": snaps,
-        "events": events,
-    }
+        snaps.append(snap)
+    data = build_fixture(dag=view.dag.canonical(), dag_hash=view.dag.hash, task=view.task,
+                         snapshots=snaps, events=await engine.events(task_id))
+    return redact_fixture(data, redact) if redact else data
+
+
+# ------------------------------------------------------------------ versions and loading
+
+
+def check_fixture(data: Any, source: str = "fixture") -> None:
+    """Refuse anything this ax cannot restore, saying what to do about it.
+
+    Raises:
+        InputError: Not a fixture, a format version this ax does not read, or a record
+            missing one of its parts; the message names ``source``.
+    """
+    if not isinstance(data, Mapping) or "version" not in data:
+        raise InputError(f"{source} is not an ax snapshot fixture (it has no format "
+                         "version): record one with `ax snapshot export TASK -o FILE`")
+    version = data["version"]
+    newest = READABLE_VERSIONS[-1]
+    readable = f"{READABLE_VERSIONS[0]} to {newest}"
+    if isinstance(version, int) and not isinstance(version, bool) and version > newest:
+        raise InputError(
+            f"{source} is fixture format version {version}, newer than this ax reads "
+            f"({readable}): upgrade axengine, or export the task again with this version "
+            "(`ax snapshot export TASK -o FILE`)")
+    if version not in READABLE_VERSIONS or isinstance(version, bool):
+        raise InputError(
+            f"{source} has fixture format version {version!r}, which no ax reads (this one "
+            f"reads {readable}): export the task again (`ax snapshot export TASK -o FILE`)")
+    missing = [k for k in ("dag", "dag_hash", "task", "snapshots") if k not in data]
+    if missing:
+        raise InputError(f"{source}: a version-{version} fixture needs "
+                         f"{', '.join(missing)}; export the task again")
+
+
+def load_fixture(fixture: str | os.PathLike[str] | Mapping[str, Any]) -> dict[str, Any]:
+    """A fixture from a file (or an already parsed mapping), checked by
+    :func:`check_fixture`.
+
+    Raises:
+        InputError: Unreadable, not JSON, or not a fixture this ax reads.
+    """
+    if isinstance(fixture, Mapping):
+        check_fixture(fixture)
+        return dict(fixture)
+    source = os.fspath(fixture)
+    try:
+        data = json.loads(Path(source).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise InputError(f"cannot read fixture {source}: {exc.strerror or exc}") from exc
+    except ValueError as exc:
+        raise InputError(f"{source} is not JSON ({exc}): a fixture is what "
+                         "`ax snapshot export TASK -o FILE` writes") from exc
+    check_fixture(data, source)
+    return dict(data)
+
+
+def fixture_snapshots(fixture: Mapping[str, Any]) -> dict[str, Snapshot]:
+    """The recorded node snapshots of a fixture, by node id (in recorded order)."""
+    return {raw["node_id"]: _snapshot(raw) for raw in fixture["snapshots"]}
+
+
+def fixture_events(fixture: Mapping[str, Any]) -> list[Event]:
+    """The recorded timeline of a fixture."""
+    return [Event(**raw) for raw in fixture.get("events", ())]
 
 
 def _snapshot(data: Mapping[str, Any]) -> Snapshot:
@@ -80,15 +199,178 @@ async def restore_task(engine: Engine, fixture: Mapping[str, Any]) -> str:
     :meth:`Engine.restore_task <axengine.engine.Engine.restore_task>`).
 
     Raises:
-        InputError: Not a fixture of this version, or its DAG does not match its hash.
+        InputError: Not a fixture this ax reads, or its DAG does not match its hash.
         Conflict: The task already exists in this store.
     """
-    if fixture.get("version") != FIXTURE_VERSION:
-        raise InputError(f"unsupported fixture version {fixture.get('version')!r}")
+    check_fixture(fixture)
     dag = Dag.from_canonical(fixture["dag"])
     if dag.hash != fixture["dag_hash"]:
-        raise InputError("fixture DAG does not match its recorded hash")
+        raise InputError("fixture DAG does not match its recorded hash (was the fixture "
+                         "edited by hand? export the task again)")
     events = [Event(**{k: v for k, v in raw.items() if k != "seq"})
               for raw in fixture.get("events", ())]
     return await engine.restore_task(dag, _task(fixture["task"]),
                                      [_snapshot(raw) for raw in fixture["snapshots"]], events)
+
+
+def committed_nodes(fixture: Mapping[str, Any]) -> list[str]:
+    """Nodes whose outcome the fixture holds for good (a resume never runs them)."""
+    return [s["node_id"] for s in fixture["snapshots"] if s["state"] in _DONE_STATES]
+
+
+# ------------------------------------------------------------------ redaction
+
+
+def redact_fixture(fixture: Mapping[str, Any], paths: Iterable[str]) -> dict[str, Any]:
+    """A copy of ``fixture`` with the fields at ``paths`` replaced by :data:`REDACTED`.
+
+    A path is dotted: ``input.ssn`` (a field of the task input; ``input`` alone is all
+    of it), ``nodes.<id>.output.<field>`` (a node's output; ``nodes.<id>.output`` is all
+    of it) or ``nodes.<id>.input.<field>`` (the node's rendered input). ``*`` stands for
+    every node id, key or list item at its place, and a number indexes a list:
+    ``nodes.*.output.items.*.iban``.
+
+    Every text (of at least :data:`MIN_SCRUBBED_CHARS` characters) found at a path is
+    also scrubbed wherever else the task's record repeats it — a rendered prompt, an
+    email body, an event's detail — so a copy does not leak it; numbers and booleans
+    are replaced at their path only. The hashes computed from a redacted input or
+    output are recomputed from what remains (a hash of a short secret can be reversed
+    by trying every value). The DAG is code, not data, and is never touched.
+
+    Raises:
+        InputError: A path that is malformed or matches nothing in this task (a typo
+            would otherwise export the secret).
+    """
+    data = copy.deepcopy(dict(fixture))
+    found: list[str] = []
+    for path in paths:
+        if _apply_path(data, path, found) == 0:
+            raise InputError(
+                f"--redact {path}: nothing in task {data['task'].get('task_id')} is at this "
+                f"path ({_miss(data, path.split('.'))}); see docs/testing.md#redaction")
+    secrets = sorted({s for s in found if len(s) >= MIN_SCRUBBED_CHARS}, key=len, reverse=True)
+    if secrets:
+        for part in ("task", "snapshots", "events"):
+            data[part] = _scrub(data.get(part), secrets)
+    _rehash(data, fixture)
+    data["version"] = FIXTURE_VERSION
+    data["redacted"] = sorted({*data.get("redacted", ()), *paths})
+    return data
+
+
+def _apply_path(data: dict[str, Any], path: str, found: list[str]) -> int:
+    parts = path.split(".")
+    if parts[0] == "input":
+        return _replace(data["task"], ["input", *parts[1:]], found)
+    if parts[0] == "nodes" and len(parts) >= 3 and parts[2] in ("input", "output"):
+        hits = 0
+        for snap in data["snapshots"]:
+            if parts[1] not in ("*", snap["node_id"]):
+                continue
+            # The stored input of a node holds its rendered `input` beside its prompt or
+            # description; `nodes.<id>.input` means the rendered input.
+            where = ["output"] if parts[2] == "output" else ["input", "input"]
+            hits += _replace(snap, [*where, *parts[3:]], found)
+        return hits
+    raise InputError(f"--redact {path}: a path starts with input. or nodes.<id>.output / "
+                     "nodes.<id>.input (e.g. input.ssn, nodes.parse_pdf.output.text)")
+
+
+def _miss(data: Mapping[str, Any], parts: Sequence[str]) -> str:
+    """Where a path that matched nothing leaves the record, for the error message."""
+    if parts[0] == "input":
+        value, where, rest = data["task"].get("input"), "input", parts[1:]
+    else:
+        nodes = [s["node_id"] for s in data["snapshots"]]
+        if parts[1] not in ("*", *nodes):
+            close = difflib.get_close_matches(parts[1], nodes, n=1)
+            return (f"no node {parts[1]!r}" + (f"; did you mean {close[0]!r}?" if close else
+                                               f"; nodes: {', '.join(nodes)}"))
+        snaps = [s for s in data["snapshots"] if parts[1] in ("*", s["node_id"])]
+        value = snaps[0]["output"] if parts[2] == "output" else (
+            (snaps[0].get("input") or {}).get("input"))
+        where, rest = ".".join(parts[:3]), parts[3:]
+    for part in rest:
+        if isinstance(value, dict) and part in value:
+            value, where = value[part], f"{where}.{part}"
+        elif isinstance(value, dict):
+            return f"{where} has no {part!r}; it has {', '.join(map(str, value)) or 'nothing'}"
+        elif isinstance(value, list) and part.isdigit() and int(part) < len(value):
+            value, where = value[int(part)], f"{where}.{part}"
+        else:
+            what = {str: "a text", list: "a list", bool: "a boolean", int: "a number",
+                    float: "a number"}.get(type(value), "empty")
+            return f"{where} is {what}, with no {part!r} in it"
+    return f"{where} is empty"
+
+
+def _replace(container: Any, parts: Sequence[str], found: list[str]) -> int:
+    """Replace what ``parts`` names under ``container``; the number of values replaced."""
+    head, rest = parts[0], parts[1:]
+    keys: list[Any]
+    if isinstance(container, dict):
+        keys = list(container) if head == "*" else [head] if head in container else []
+    elif isinstance(container, list):
+        if head == "*":
+            keys = list(range(len(container)))
+        elif head.isdigit() and int(head) < len(container):
+            keys = [int(head)]
+        else:
+            keys = []
+    else:
+        return 0
+    hits = 0
+    for key in keys:
+        if rest:
+            hits += _replace(container[key], rest, found)
+            continue
+        hits += 1
+        if container[key] is not None and container[key] != REDACTED:
+            found.extend(_texts(container[key]))
+            container[key] = REDACTED
+    return hits
+
+
+def _texts(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _texts(v)]
+    if isinstance(value, list):
+        return [t for v in value for t in _texts(v)]
+    return []
+
+
+def _scrub(value: Any, secrets: Sequence[str]) -> Any:
+    if isinstance(value, str):
+        for secret in secrets:
+            if secret in value:
+                value = value.replace(secret, REDACTED)
+        return value
+    if isinstance(value, dict):
+        return {k: v if k in _STRUCTURE else _scrub(v, secrets) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_scrub(v, secrets) for v in value]
+    return value
+
+
+def _sha256_json(value: Any) -> str:
+    # The engine's sha256_json: the hash of ax's canonical JSON.
+    return hashlib.sha256(canonical_json(value).encode()).hexdigest()
+
+
+def _rehash(data: dict[str, Any], original: Mapping[str, Any]) -> None:
+    """Recompute the hashes of what redaction changed."""
+    task = data["task"]
+    if task.get("input") != original["task"].get("input"):
+        # The payload hash (idempotency) covers the whole input; a restored task is never
+        # submitted again under its key, so no hash beats a reversible one.
+        task["payload_sha256"] = ""
+    before = {s["node_id"]: s for s in original["snapshots"]}
+    for snap in data["snapshots"]:
+        was = before[snap["node_id"]]
+        if snap.get("output_sha256") and snap.get("output") != was.get("output"):
+            snap["output_sha256"] = _sha256_json(snap.get("output"))
+        if snap.get("input_revision") and snap.get("input") != was.get("input"):
+            snap["input_revision"] = _sha256_json([snap["task_id"], snap["node_id"],
+                                                   snap.get("input")])

@@ -70,6 +70,8 @@ class LocalSession:
             see :data:`axengine.runners.RUNNER_NAMES`).
         runners: Runners already built, by name; one named by ``runner`` and missing
             here is built by :func:`axengine.runners.make_runners`.
+        stuck_after: Seconds a due WAITING node may look queued before the reconciler
+            enqueues it again (None: its default; see :class:`~axengine.process.Shape`).
     """
 
     def __init__(
@@ -86,6 +88,7 @@ class LocalSession:
         clock: Clock = SYSTEM,
         runner: str = THREAD,
         runners: Mapping[str, Runner] | None = None,
+        stuck_after: float | None = None,
     ) -> None:
         self.config = config or AxConfig.from_env()
         built = dict(runners or {})
@@ -99,7 +102,7 @@ class LocalSession:
         settings = {"trust": "local", **self.config.resolved_handler_settings}
         self.process = AxProcess(Shape(
             config=self.config, reconcile_interval=reconcile_interval,
-            engine_config=engine_config, clock=clock,
+            engine_config=engine_config, clock=clock, stuck_after=stuck_after,
             executor=ExecutorSpec(concurrency=concurrency, lease_seconds=lease_seconds,
                                   grace_seconds=grace_seconds, settings=settings,
                                   lanes=lanes, handler=handler, poll_timeout=0.2,

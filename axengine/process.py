@@ -133,6 +133,9 @@ class Shape:
         metrics: Times the store's transactions and counts commits (an API process).
         role: Prefix of this process's owner id.
         clock: Time for the engine, worker and reconciler (tests inject a manual one).
+        stuck_after: Seconds a due WAITING node may look queued before the reconciler
+            enqueues it again (None: the reconciler's default). The test engine, whose
+            clock reaches due times by jumps, sets 0.
     """
 
     config: AxConfig
@@ -143,6 +146,7 @@ class Shape:
     metrics: Any = None
     role: str = "w"
     clock: Clock = SYSTEM
+    stuck_after: float | None = None
 
 
 def default_handler() -> Handler:
@@ -225,9 +229,11 @@ class AxProcess:
         self._started = True
         try:
             if shape.reconcile_interval is not None and self._runtime is not None:
+                tuning = {} if shape.stuck_after is None else {"stuck_after": shape.stuck_after}
                 self.reconciler = Reconciler(
                     self._runtime.engine, owner=self.owner, interval=shape.reconcile_interval,
-                    leader_ttl=max(5.0, shape.reconcile_interval * 4), clock=shape.clock)
+                    leader_ttl=max(5.0, shape.reconcile_interval * 4), clock=shape.clock,
+                    **tuning)
                 try:
                     await self.reconcile_once()
                 except AxError:

@@ -7,7 +7,6 @@ import asyncio
 import json
 import sys
 import tempfile
-from dataclasses import asdict, replace
 from typing import TYPE_CHECKING, Any
 
 from axengine.cli._common import EXIT_FAILED, EXIT_OK, add_home, config_of, fail
@@ -17,7 +16,7 @@ from axengine.cli.tasks import pipe_safe
 from axengine.config import AxConfig
 from axengine.credentials import redact_url
 from axengine.errors import AxError
-from axengine.fixtures import FIXTURE_VERSION, _plain, export_task, restore_task
+from axengine.fixtures import build_fixture, export_task, load_fixture, redact_fixture, restore_task
 from axengine.local import LocalSession
 
 if TYPE_CHECKING:
@@ -30,6 +29,9 @@ def register(sub: Any) -> None:
     ep = ssub.add_parser("export", help="write a task (DAG, snapshots, timeline) as JSON")
     ep.add_argument("task", help="the task id")
     ep.add_argument("-o", "--output", help="file to write (default: stdout)")
+    ep.add_argument("--redact", action="append", default=[], metavar="PATH",
+                    help="replace this field with [redacted] (repeatable): input.ssn, "
+                         "nodes.parse_pdf.output.text, nodes.*.input.to (docs/testing.md)")
     add_home(ep)
     add_remote(ep)
     ep.set_defaults(func=pipe_safe(cmd_export))
@@ -46,25 +48,13 @@ def register(sub: Any) -> None:
     rp.set_defaults(func=cmd_replay)
 
 
-def _load(path: str) -> Any:
-    with open(path, encoding="utf-8") as fh:
-        return json.load(fh)
-
-
-def _remote_fixture(client: Client, task_id: str) -> dict[str, Any]:
+def _remote_fixture(client: Client, task_id: str, redact: list[str]) -> dict[str, Any]:
     """The fixture of a task read through the REST API: what :func:`export_task` writes,
     from the task's JSON (snapshot fields the API does not show keep their defaults)."""
     view = client.task_view(task_id)
-    snaps = [_plain(asdict(replace(s, input_ref=None, output_ref=None)))
-             for s in view.snapshots.values()]
-    return {
-        "version": FIXTURE_VERSION,
-        "dag": view.dag.canonical(),
-        "dag_hash": view.dag.hash,
-        "task": _plain(asdict(replace(view.task, input_ref=None))),
-        "snapshots": snaps,
-        "events": [_plain(asdict(e)) for e in client.events(task_id)],
-    }
+    data = build_fixture(dag=view.dag.canonical(), dag_hash=view.dag.hash, task=view.task,
+                         snapshots=view.snapshots.values(), events=client.events(task_id))
+    return redact_fixture(data, redact) if redact else data
 
 
 def _write(args: argparse.Namespace, data: Any) -> int:
@@ -83,9 +73,10 @@ def cmd_export(args: argparse.Namespace) -> int:
     except AxError as exc:
         return fail(str(exc))
     if remote is not None:
-        return with_client(remote, lambda c: _write(args, _remote_fixture(c, args.task)))
+        return with_client(remote, lambda c: _write(
+            args, _remote_fixture(c, args.task, args.redact)))
     try:
-        data = with_engine(args, lambda e: export_task(e, args.task))
+        data = with_engine(args, lambda e: export_task(e, args.task, redact=args.redact))
     except AxError as exc:
         return fail(str(exc), EXIT_FAILED)
     return _write(args, data)
@@ -93,7 +84,8 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def cmd_import(args: argparse.Namespace) -> int:
     try:
-        task_id = with_engine(args, lambda e: restore_task(e, _load(args.fixture)))
+        fixture = load_fixture(args.fixture)
+        task_id = with_engine(args, lambda e: restore_task(e, fixture))
     except (AxError, OSError, ValueError) as exc:
         return fail(str(exc), EXIT_FAILED)
     print(f"restored task {task_id} into {redact_url(config_of(args).resolved_store_url)}")
@@ -102,10 +94,14 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     decide = dict(d.split("=", 1) for d in args.decide)
+    try:
+        fixture = load_fixture(args.fixture)
+    except AxError as exc:
+        return fail(str(exc), EXIT_FAILED)
 
     async def main(home: str) -> int:
         async with LocalSession(AxConfig.from_env(home=home)) as session:
-            task_id = await restore_task(session.engine, _load(args.fixture))
+            task_id = await restore_task(session.engine, fixture)
             await session.process.reconcile_once()
             result = await session.wait(task_id, decide=decide, decided_by="replay")
         print(f"{result.status}: " + " -> ".join(result.path))
