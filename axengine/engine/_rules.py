@@ -533,8 +533,9 @@ class NextClaim:
     Attributes:
         worker: Who claims (the completing worker).
         lease: Lease the claim grants.
-        lanes: Lanes the worker's slot may take; a readied node in another lane goes
-            through the queue.
+        lanes: Lanes the worker's slot may take now — its own, when the worker saw
+            nothing waiting there, so the claim overtakes no queued work; a readied node
+            in another lane goes through the queue.
     """
 
     worker: str
@@ -543,10 +544,9 @@ class NextClaim:
 
 
 def _claim_next(b: _Builder, ask: NextClaim) -> None:
-    """Claim, in the plan being built, the first node it readies that the queue would
-    hand out next anyway: offered now (no delay), in one of ``ask.lanes``, with nothing
-    waiting in its lane (so it overtakes no queued work and no priority), claimable at
-    once (within its attempts and the task deadline, no ramp after an outage). The node
+    """Claim, in the plan being built, the first node it readies that the worker may
+    take in its slot: offered now (no delay), in one of ``ask.lanes``, claimable at once
+    (within its attempts and the task deadline, no ramp after an outage). The node
     leaves the plan's enqueue list and its claim is ``plan.detail``; nothing else
     changes, so a plan that claims nothing is the plain completion."""
     view = b.view
@@ -561,8 +561,6 @@ def _claim_next(b: _Builder, ask: NextClaim) -> None:
             return
         dependency = dependency_of(node)
         if dependency and view.ramp(dependency) is not None:
-            continue
-        if view.depth(node.lane):
             continue
         del b.plan.enqueue[index]
         b.plan.detail = _take(b, node, snap, worker=ask.worker, lease=ask.lease)

@@ -274,8 +274,7 @@ class Engine(EngineReads):
                     raise NotFound(f"task {task_id!r} has no node {nid!r}")
             if prefetch is not None:
                 ahead = prefetch(view.dag)
-                await self._fill(view, Need(nodes=(*preload, *ahead.nodes),
-                                            depths=ahead.depths))
+                await self._fill(view, Need(nodes=(*preload, *ahead.nodes)))
             elif preload:
                 await self._fill(view, Need(nodes=preload))
             while isinstance(decided := self._decide(view, rule), Need):
@@ -596,10 +595,11 @@ class Engine(EngineReads):
                                  outcome: Outcome, worker: str, lanes: Iterable[str],
                                  lease_seconds: float | None = None) -> Completed:
         """Commit an outcome and, in the same transaction, claim for ``worker`` one node
-        it readies in one of ``lanes`` with nothing queued ahead of it
-        (:func:`rules.plan_complete` with a :class:`rules.NextClaim`). One transaction
-        and no queue round trip per node of a chain; the fence rules are those of a
-        claim and a completion, each checked as if alone."""
+        it readies in one of ``lanes`` (:func:`rules.plan_complete` with a
+        :class:`rules.NextClaim`): the caller names the lanes it may take without
+        overtaking queued work. One transaction and no queue round trip per node of a
+        chain; the fence rules are those of a claim and a completion, each checked as if
+        alone."""
         ask = rules.NextClaim(worker=worker, lease=lease_seconds or self.config.lease_seconds,
                               lanes=frozenset(lanes))
         return await self._complete(task_id, node_id, fence, outcome, ask)
@@ -607,11 +607,8 @@ class Engine(EngineReads):
     async def _complete(self, task_id: str, node_id: str, fence: int, outcome: Outcome,
                         ask: rules.NextClaim | None) -> Completed:
         def ahead(dag: Dag) -> Need:
-            # A success settles the node's targets, and with ``ask`` may claim one of
-            # them if its lane is empty: read all that with the node itself.
-            targets = dag.nodes[node_id].targets if node_id in dag.nodes else ()
-            lanes = {dag.nodes[t].lane for t in targets} & ask.lanes if ask else set()
-            return Need(nodes=targets, depths=lanes)
+            # A success settles the node's targets: read them with the node itself.
+            return Need(nodes=dag.nodes[node_id].targets if node_id in dag.nodes else ())
 
         plan, view = await self._apply(task_id, lambda v: rules.plan_complete(
             v, node_id, fence=fence, outcome=outcome, now=self.clock(), ids=self._ids(),

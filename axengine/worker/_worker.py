@@ -45,6 +45,10 @@ __all__ = ["Worker"]
 
 log = logging.getLogger("axengine.worker")
 
+#: Longest wait of a pop for the other lanes while the fast lane holds its share of the
+#: slots: how long a freed fast slot may stay empty while fast items wait.
+CAPPED_POLL = 0.02
+
 #: Seconds the activity sent with a heartbeat covers: the thresholds of "work" are per
 #: minute, and a minute smooths a run that works in bursts (axengine.activity).
 ACTIVITY_SPAN = 60.0
@@ -183,9 +187,10 @@ class Worker:
         """Serve until ``stop`` is set, then finish the runs in flight.
 
         Each free slot pops one item. While the fast lane holds ``fast_slots`` of them,
-        the pop asks only for the other lanes; a fast item then waits at most one
-        ``poll_timeout`` after a fast slot frees (a pop is never cancelled, since a
-        cancelled Redis pop may strand its item in the processing list).
+        the pop asks only for the other lanes and waits at most :data:`CAPPED_POLL`, so a
+        fast item waits at most that long after a fast slot frees (a pop is never
+        cancelled, since a cancelled Redis pop may strand its item in the processing
+        list).
         """
         await self.queue.recover(self.worker_id)
         self._stop = stop
@@ -201,12 +206,13 @@ class Worker:
                 if stop.is_set():
                     slots.release()
                     break
-                lanes = self.lanes
+                lanes, timeout = self.lanes, self.poll_timeout
                 if self._capped_lanes is not None and \
                         self._fast_in_flight >= self.fast_slots:
-                    lanes = self._capped_lanes
-                item = await self.queue.pop(self.worker_id, lanes=lanes,
-                                            timeout=self.poll_timeout,
+                    # The pop cannot be cut short when a fast slot frees, so it waits
+                    # briefly: a freed fast slot is filled within CAPPED_POLL.
+                    lanes, timeout = self._capped_lanes, min(timeout, CAPPED_POLL)
+                item = await self.queue.pop(self.worker_id, lanes=lanes, timeout=timeout,
                                             aging=self.aging_seconds)
                 if item is None:
                     slots.release()
@@ -292,17 +298,31 @@ class Worker:
                 return outcome.answer, None
             return "stale", None
         faults.point("before-complete")
-        answer, following = await self._complete(request, outcome, lane)
+        # The slot may go on with a successor only if that overtakes nothing queued.
+        may_go_on = self._serving() and await self._lane_idle(lane)
+        answer, following = await self._complete(request, outcome,
+                                                 lane if may_go_on else None)
         faults.point("after-complete")
         self.processed += 1
         return answer, following
 
+    def _serving(self) -> bool:
+        return self._stop is not None and not self._stop.is_set()
+
+    async def _lane_idle(self, lane: str) -> bool:
+        """Whether nothing waits in ``lane`` (False when the queue cannot say)."""
+        try:
+            return await self.queue.depth(lane) == 0
+        except AxError:
+            return False
+
     async def _complete(self, request: NodeRequest, outcome: Outcome,
-                        lane: str) -> tuple[str, ClaimResult | None]:
-        """Commit ``outcome``; while this worker serves, the same transaction may claim a
-        node it readies in this slot's lane (``complete_and_claim``), so a chain runs on
-        one slot with one transaction per node. A stopping worker takes nothing new."""
-        if self._stop is None or self._stop.is_set():
+                        lane: str | None) -> tuple[str, ClaimResult | None]:
+        """Commit ``outcome``. With ``lane`` (nothing waits there now) and while this
+        worker serves, the same transaction may claim a node it readies in that lane
+        (``complete_and_claim``), so a chain runs on one slot with one transaction per
+        node without overtaking queued work. A stopping worker takes nothing new."""
+        if lane is None or not self._serving():
             return await self.engine.complete(request.task_id, request.node_id,
                                               fence=request.fence, outcome=outcome), None
         done = await self.engine.complete_and_claim(

@@ -17,12 +17,13 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from axengine.dag import Dag, load_dag_mapping
-from axengine.engine import Engine, EngineConfig, NodeState
+from axengine.engine import Engine, EngineConfig, NodeState, TaskRecord
 from axengine.engine._rules import RuleConfig
 from axengine.queue import WorkItem
 from axengine.queue.inprocess import InProcessQueue
 from axengine.store.embedded import SqliteStore
-from executors.contract import Failure, Success
+from axengine.worker import Worker
+from executors.contract import Failure, NodeContext, NodeRequest, Outcome, Success
 from tests.engine.conftest import FakeClock, run
 from tests.engine.test_interleavings import dags, two_node_dag, value_of
 
@@ -99,35 +100,83 @@ def test_a_stale_fence_commits_nothing_and_claims_nothing(
     run(main())
 
 
-def test_queued_work_and_other_lanes_go_through_the_queue(
+def test_a_node_in_another_lane_goes_through_the_queue(
         make_engine: Callable[..., Engine]) -> None:
     async def main() -> None:
         engine = make_engine()
         queue = engine.queue
         assert isinstance(queue, InProcessQueue)
-        dag = chain("default", "default")
-        waiting = (await engine.submit(dag, {})).task_id  # its n0 stays queued
-        task = (await engine.submit(dag, {})).task_id
+        task = (await engine.submit(chain("default", "fast"), {})).task_id
+        await _drain(queue)
         claim = await engine.claim(task, "n0", worker="w1")
         assert claim.request is not None
-        # Something waits in n1's lane: claiming n1 here would overtake it.
+        # n1 is in the fast lane; this slot serves the default lane only.
         done = await engine.complete_and_claim(task, "n0", fence=claim.request.fence,
                                                outcome=Success("a"), worker="w1",
                                                lanes=["default"])
         assert (done.answer, done.next) == ("committed", None)
-        assert {(i.task_id, i.node_id) for i in await _drain(queue)} == {
-            (waiting, "n0"), (task, "n0"), (task, "n1")}
-
-        other = (await engine.submit(chain("default", "fast"), {})).task_id
-        await _drain(queue)
-        claim = await engine.claim(other, "n0", worker="w1")
-        assert claim.request is not None
-        # n1 is in the fast lane; this slot serves the default lane only.
-        done = await engine.complete_and_claim(other, "n0", fence=claim.request.fence,
-                                               outcome=Success("a"), worker="w1",
-                                               lanes=["default"])
-        assert done.next is None
         assert [(i.node_id, i.lane) for i in await _drain(queue)] == [("n1", "fast")]
+
+    run(main())
+
+
+def test_a_worker_goes_on_with_a_chain_only_when_nothing_waits_in_its_lane(
+        make_engine: Callable[..., Engine]) -> None:
+    """One slot. Alone, a chain runs on one pop; with another task's node queued in the
+    lane while the first node runs, the successor queues behind it (no overtaking)."""
+    async def main() -> None:
+        engine = make_engine()
+        queue = engine.queue
+        assert isinstance(queue, InProcessQueue)
+        ran: list[tuple[str, str]] = []
+        names: dict[str, str] = {}
+        later = asyncio.Event()
+
+        def handler(request: NodeRequest, ctx: NodeContext) -> Outcome:
+            ran.append((names.get(request.task_id, "?"), request.node_id))
+            if later.is_set() and len(ran) == 1:
+                # The other task is submitted while this first node runs.
+                asyncio.run_coroutine_threadsafe(submit_other(), loop).result()
+            return Success(request.input)
+
+        loop = asyncio.get_running_loop()
+        finished: dict[str, asyncio.Event] = {}
+
+        def on_commit(task: TaskRecord, events: object) -> None:
+            if task.status.final and task.task_id in finished:
+                finished[task.task_id].set()
+
+        engine.add_listener(on_commit)
+
+        async def submit(dag: Dag, name: str) -> str:
+            task = (await engine.submit(dag, {})).task_id
+            names[task], finished[task] = name, asyncio.Event()
+            return task
+
+        async def submit_other() -> None:
+            await submit(chain("default"), "other")
+
+        stop = asyncio.Event()
+        worker = Worker(engine=engine, queue=queue, handler=handler, worker_id="w",
+                        concurrency=1, poll_timeout=5)
+        serving = asyncio.create_task(worker.run(stop))
+        try:
+            alone = await submit(chain("default", "default", "default"), "alone")
+            await finished[alone].wait()
+            assert ran == [("alone", "n0"), ("alone", "n1"), ("alone", "n2")]
+            # n1 and n2 were claimed by the commits of their predecessors (same time).
+            at = {(e.kind, e.node_id): e.at for e in await engine.events(alone)}
+            assert at[("claimed", "n1")] == at[("committed", "n0")]
+            assert at[("claimed", "n2")] == at[("committed", "n1")]
+            ran.clear()
+            later.set()
+            first = await submit(chain("default", "default"), "first")
+            await finished[first].wait()
+            await asyncio.gather(*(e.wait() for e in finished.values()))
+            assert ran == [("first", "n0"), ("other", "n0"), ("first", "n1")]
+        finally:
+            stop.set()
+            await serving
 
     run(main())
 
