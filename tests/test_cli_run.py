@@ -120,3 +120,54 @@ def test_gate_prompt_on_a_terminal(tmp_path: Path) -> None:
     out = (seen + rest).decode()
     assert proc.returncode == 0, out
     assert "notify_high_risk" in out and "SUCCEEDED" in out
+
+
+HIGH_RISK = json.dumps({"revenue_growth": 0.3, "net_profit_margin": 0.05,
+                        "debt_to_equity": 1.0})
+
+
+def test_fork_with_a_set_output_then_diff_names_the_differing_nodes(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    home = str(tmp_path)
+    assert ax(["run", DAG, "--input", ACME, "--home", home, "--json"]) == 0
+    source = json.loads(capsys.readouterr().out)["task_id"]
+    assert ax(["fork", source, "--from", "extract_metrics", "--set",
+               f"extract_metrics.output={HIGH_RISK}", "--by", "carol", "--home", home]) == 0
+    out = capsys.readouterr().out
+    fork = out.split(" as ", 1)[1].split(";", 1)[0]
+    assert f"task {source} forked at extract_metrics as {fork}" in out
+    assert f"ax run --resume {fork}" in out
+    assert ax(["tasks", "diff", source, fork, "--home", home]) == 0
+    out = capsys.readouterr().out
+    lines = {line[2:].split()[0]: line for line in out.splitlines()
+             if line[:2] in ("* ", "  ") and line[2:].strip()}
+    assert lines["parse_pdf"].startswith(" ")  # shared history
+    assert lines["extract_metrics"].startswith("*") and "output differs" in lines[
+        "extract_metrics"]
+    assert lines["assess_risk"].startswith("*")
+    assert "send_medium_risk_email" in lines["assess_risk"]
+    assert "send_high_risk_email" in lines["assess_risk"]
+    assert (f"path A ({source}, SUCCEEDED): parse_pdf -> extract_metrics -> assess_risk -> "
+            "send_medium_risk_email -> log_completion") in out
+    assert (f"path B ({fork}, PAUSED): parse_pdf -> extract_metrics -> assess_risk -> "
+            "send_high_risk_email") in out
+    assert ax(["tasks", "diff", source, fork, "--home", home, "--json"]) == 0
+    diff = json.loads(capsys.readouterr().out)
+    # Topological order, ties in document order.
+    assert diff["differing"] == ["extract_metrics", "assess_risk", "send_high_risk_email",
+                                 "notify_high_risk", "send_medium_risk_email",
+                                 "log_completion"]
+    assert diff["b"]["path"][-1] == "send_high_risk_email"
+
+
+def test_fork_refusals_exit_1_with_the_reason(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    home = str(tmp_path)
+    assert ax(["run", DAG, "--input", ACME, "--home", home, "--json"]) == 0
+    source = json.loads(capsys.readouterr().out)["task_id"]
+    assert ax(["fork", source, "--from", "send_alert", "--home", home]) == 1
+    assert "never reached node 'send_alert'" in capsys.readouterr().err
+    assert ax(["tasks", "fork", source, "--from", "parse_pdf", "--set",
+               "extract_metrics.output={}", "--home", home]) == 2
+    assert "only the fork point's output" in capsys.readouterr().err
+    assert ax(["tasks", "diff", source, "t-missing", "--home", home]) == 1

@@ -192,6 +192,18 @@ def test_retry_reruns_a_finished_task_from_a_node(client: Client) -> None:
     assert commits.count("publish") == 2 and commits.count("draft") == 1
 
 
+def test_fork_runs_a_new_task_from_a_node_with_a_set_output(client: Client) -> None:
+    first = client.run(GATE_DAG, {"text": "again"}, decide={"review": "approve"}, timeout=60)
+    assert first.ok
+    fork = client.fork(first.task_id, "draft", output="forked text")
+    assert fork != first.task_id
+    second = client.wait(fork, timeout=60, decide={"review": "approve"})
+    assert second.ok and second.outputs["draft"] == "forked text"
+    assert client.get(fork)["labels"]["ax.forked_from"] == f"{first.task_id}@draft"
+    # The source is untouched: its draft committed once, with its own output.
+    assert client.result(first.task_id).outputs["draft"] == first.outputs["draft"]
+
+
 def test_watch_follows_events_in_commit_order_until_the_end(client: Client) -> None:
     sub = client.submit(FINANCIAL, {**ACME, "n": "watch"})
     seen = list(client.watch(sub.task_id, timeout=60))
@@ -362,8 +374,8 @@ def test_token_is_sent_as_a_bearer_header() -> None:
 
 
 OPERATIONS = ["submit", "get", "events", "result", "task_view", "watch", "wait", "run",
-              "decide", "approve", "reject", "resume", "cancel", "retry", "list_tasks", "list_dags",
-              "list_approvals", "validate", "ready"]
+              "decide", "approve", "reject", "resume", "cancel", "retry", "fork", "list_tasks",
+              "list_dags", "list_approvals", "validate", "ready"]
 
 
 @pytest.mark.parametrize("name", OPERATIONS)

@@ -93,7 +93,7 @@ def test_services_expose_the_designed_methods() -> None:
     services = ax_pb2.DESCRIPTOR.services_by_name
     assert set(services["AxService"].methods_by_name) == {
         "SubmitTask", "GetTask", "ListTasks", "GetEvents", "WatchTask", "Decide",
-        "CancelTask", "RetryTask", "ValidateDag", "ResumeNode",
+        "CancelTask", "RetryTask", "ForkTask", "ValidateDag", "ResumeNode",
     }
     assert set(services["ExecutorService"].methods_by_name) == {
         "Claim", "Heartbeat", "Progress", "Checkpoint", "Complete", "EffectBegin",

@@ -197,6 +197,30 @@ def test_reject_cancel_retry_export(server: AxServer, capsys: pytest.CaptureFixt
     assert "remote_gated" in capsys.readouterr().out
 
 
+def test_fork_and_diff_through_the_server(server: AxServer,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    admin = ["--server", server.url, "--token-file", server.token_file("root")]
+    source = _submit_gated(server, capsys, "four")
+    assert ax(["reject", source, "review", *admin]) == 0
+    capsys.readouterr()
+    # --by is the local store's; a submitter may not fork.
+    assert ax(["fork", source, "--from", "draft", "--by", "bob", *admin]) == 2
+    assert "token" in capsys.readouterr().err
+    assert ax(["fork", source, "--from", "draft", "--server", server.url,
+               "--token-file", server.token_file("app")]) == 1
+    capsys.readouterr()
+    assert ax(["fork", source, "--from", "draft", "--set",
+               'draft.output={"text": "forked"}', *admin]) == 0
+    out = capsys.readouterr().out
+    fork = out.split(" as ", 1)[1].split(";", 1)[0]
+    assert f"ax run --resume {fork} --server {server.url}" in out
+    assert ax(["tasks", "diff", source, fork, *admin, "--json"]) == 0
+    diff = json.loads(capsys.readouterr().out)
+    assert diff["a"]["status"] == "SUCCEEDED" and diff["b"]["status"] == "PAUSED"
+    assert diff["differing"][:2] == ["draft", "review"]
+    assert diff["nodes"][0]["b"]["output"] == {"text": "forked"}
+
+
 @pytest.mark.parametrize("argv", [
     ["run", "{gated}"], ["run", "--resume", "t-x"], ["tasks", "list"], ["tasks", "show", "t-x"],
     ["approve", "t-x", "review"], ["reject", "t-x", "review"], ["cancel", "t-x"],

@@ -26,7 +26,16 @@ from axengine.api import _ops as ops
 from axengine.api._auth import ANONYMOUS, Authenticator, Principal
 from axengine.api._errors import public_message, status_of
 from axengine.api._quotas import UNLIMITED, Quotas
-from axengine.engine import ClaimResult, Engine, Snapshot, TaskRecord, check_digest, holds
+from axengine.engine import (
+    RERUN,
+    ClaimResult,
+    Engine,
+    Snapshot,
+    TaskRecord,
+    check_digest,
+    fork_task,
+    holds,
+)
 from axengine.errors import BlobError, InputError, NotFound
 from axengine.metrics import AxMetrics
 from axengine.records import NO_EDITS, BlobRef, Event, NodeState
@@ -223,6 +232,16 @@ class AxServicer(_Base):
                                 by=who.name)
         return pb.RetryTaskReply(task=task_pb(await ops.require_task(self.engine,
                                                                      request.task_id)))
+
+    @rpc("admin", state_conflict=True)
+    async def ForkTask(self, request: Any, context: Any, who: Principal) -> Any:
+        if not request.from_node:
+            raise InputError("from_node is required")
+        output = ops.parse_json_text(request.output_json, "output_json", empty=RERUN)
+        fork_id = await fork_task(self.engine, request.task_id, request.from_node,
+                                  output=output, by=who.name)
+        return pb.ForkTaskReply(task=task_pb(await ops.require_task(self.engine, fork_id)),
+                                forked_from=f"{request.task_id}@{request.from_node}")
 
     @rpc("submit")
     async def ValidateDag(self, request: Any, context: Any, who: Principal) -> Any:

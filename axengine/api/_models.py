@@ -29,6 +29,8 @@ __all__ = [
     "ErrorBody",
     "EventJson",
     "EventPage",
+    "ForkBody",
+    "ForkReply",
     "HealthReply",
     "NodeJson",
     "ProblemJson",
@@ -92,6 +94,12 @@ class CancelBody(_Strict):
 class RetryBody(_Strict):
     from_node: str = Field(min_length=1)
     input: Any = Field(None, description="override of the node's rendered input")
+
+
+class ForkBody(_Strict):
+    from_node: str = Field(min_length=1)
+    output: Any = Field(None, description="the fork point's output in the fork (its edges "
+                        "are decided from it); absent: the fork runs the node again")
 
 
 class ValidateBody(_Strict):
@@ -225,6 +233,13 @@ class TaskActionReply(_Strict):
     """Answer of cancel and retry."""
 
     result: str = Field(description="committed, or already-done for a repeat")
+    task: TaskJson
+
+
+class ForkReply(_Strict):
+    """Answer of a fork: the new task."""
+
+    forked_from: str = Field(description="<source task id>@<fork node>")
     task: TaskJson
 
 

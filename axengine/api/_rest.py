@@ -60,6 +60,8 @@ from axengine.api._models import (
     DecisionReply,
     ErrorBody,
     EventPage,
+    ForkBody,
+    ForkReply,
     HealthReply,
     ReadyReply,
     ResumeBody,
@@ -82,7 +84,7 @@ from axengine.api._ui import (
     scope_header,
     session_token,
 )
-from axengine.engine import Engine
+from axengine.engine import RERUN, Engine, fork_task
 from axengine.errors import ERROR_CODES, REST_ONLY_TYPES, AxError, InputError, Unauthorized
 from axengine.logs import log_access
 from axengine.metrics import CONTENT_TYPE_LATEST, AxMetrics
@@ -692,6 +694,17 @@ def create_app(*, engine: Engine, auth: Authenticator | None, metrics: AxMetrics
                                     by=who.name)
         task = ops.task_json(await ops.require_task(engine, task_id))
         return _json_response(200, {"result": result, "task": task})
+
+    @app.post("/v1/tasks/{task_id}/fork", tags=["tasks"], response_model=ForkReply,
+              status_code=201, responses=_ERRORS)
+    async def fork(task_id: str, body: ForkBody, who: Admin) -> Response:
+        """Fork a finished task at a node: a new task sharing the history before it."""
+        output = body.output if "output" in body.model_fields_set else RERUN
+        fork_id = await fork_task(engine, task_id, body.from_node, output=output,
+                                  by=who.name)
+        task = ops.task_json(await ops.require_task(engine, fork_id))
+        return _json_response(201, {"forked_from": f"{task_id}@{body.from_node}",
+                                    "task": task})
 
     @app.post("/v1/dags/validate", tags=["dags"], response_model=ValidateReply,
               responses=_ERRORS)

@@ -1,7 +1,7 @@
 """Where a CLI command sends its work: the local store, or an ``ax api``/``ax server``.
 
 ``--server URL`` (or ``$AX_SERVER``) switches the store commands (``run``, ``tasks``,
-``approve``/``reject``, ``cancel``, ``retry``, ``snapshot export``) to the REST API,
+``approve``/``reject``, ``cancel``, ``retry``, ``fork``, ``snapshot export``) to the REST API,
 through :class:`axengine.client.Client`. The token comes from ``--token-file FILE``,
 ``$AX_TOKEN_FILE`` or ``$AX_TOKEN`` (``--token T`` is accepted but discouraged: argv is
 visible to every user of the machine in ``ps``).

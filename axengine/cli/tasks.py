@@ -1,4 +1,5 @@
-"""``ax tasks list|show|cancel|retry`` (and the ``ax cancel`` / ``ax retry`` shortcuts).
+"""``ax tasks list|show|cancel|retry|fork|diff`` (and the ``ax cancel`` / ``ax retry`` /
+``ax fork`` shortcuts; fork and diff are in :mod:`axengine.cli.forks`).
 
 Each works on the local store (``--home``) or, with ``--server URL``, through the REST
 API (:mod:`axengine.cli._remote`).
@@ -28,6 +29,7 @@ from axengine.cli._common import (
 )
 from axengine.cli._remote import Remote, add_remote, remote_of, with_client
 from axengine.cli._runtime import with_engine
+from axengine.cli.forks import add_diff, add_fork
 from axengine.engine import Engine, Event, TaskRecord, TaskView
 from axengine.errors import AxError, Conflict, InputError, NotFound
 from axengine.records import TaskStatus
@@ -98,7 +100,7 @@ def _user() -> str:
 
 
 def register(sub: Any) -> None:
-    p = sub.add_parser("tasks", help="list, show, cancel or retry tasks")
+    p = sub.add_parser("tasks", help="list, show, cancel, retry, fork or compare tasks")
     tsub = p.add_subparsers(dest="tasks_command", metavar="ACTION", required=True)
 
     lp = tsub.add_parser("list", help="list tasks, newest first")
@@ -118,6 +120,7 @@ def register(sub: Any) -> None:
     add_home(sp)
     add_remote(sp)
     sp.set_defaults(func=pipe_safe(cmd_show))
+    add_diff(tsub)
 
     for parent in (tsub, sub):
         cp = parent.add_parser("cancel", help="cancel a task (running nodes are fenced out)")
@@ -140,6 +143,7 @@ def register(sub: Any) -> None:
         add_home(rp)
         add_remote(rp)
         rp.set_defaults(func=cmd_retry)
+        add_fork(parent)
 
 
 def _when(ts: float) -> str:

@@ -146,6 +146,7 @@ class AsyncClient:
     resume = async_op(core.Core.resume)
     cancel = async_op(core.Core.cancel)
     retry = async_op(core.Core.retry)
+    fork = async_op(core.Core.fork)
     list_tasks = async_op(core.Core.list_tasks)
     list_dags = async_op(core.Core.list_dags)
     list_approvals = async_op(core.Core.list_approvals)

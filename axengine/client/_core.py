@@ -610,6 +610,18 @@ class Core:
                                     idempotent=False)
         return str(data["result"])
 
+    def fork(self, task_id: str, from_node: str, *, output: Any = None) -> Op[str]:
+        """Fork the finished task ``task_id`` at ``from_node`` (admin) and return the new
+        task's id: it shares the history before ``from_node`` and runs from there.
+        ``output`` (not None) is ``from_node``'s output in the fork, its edges decided
+        from it; None runs ``from_node`` again."""
+        body: dict[str, Any] = {"from_node": from_node}
+        if output is not None:
+            body["output"] = output
+        data = yield from self.call("POST", f"/v1/tasks/{task_id}/fork", body=body,
+                                    idempotent=False)
+        return str(data["task"]["task_id"])
+
     def list_tasks(self, *, status: str | None = None, dag: str | None = None,
                    label: str | None = None, limit: int = 100) -> Op[list[TaskRecord]]:
         """Tasks matching the filters (newest first), at most ``limit``; ``label`` is

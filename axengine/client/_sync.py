@@ -149,6 +149,7 @@ class Client:
     resume = sync_op(core.Core.resume)
     cancel = sync_op(core.Core.cancel)
     retry = sync_op(core.Core.retry)
+    fork = sync_op(core.Core.fork)
     list_tasks = sync_op(core.Core.list_tasks)
     list_dags = sync_op(core.Core.list_dags)
     list_approvals = sync_op(core.Core.list_approvals)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from axengine.blobs import check_digest
 from axengine.engine._budget import TXN_FIXED_OPS, fit_problem, txn_ops_bound
+from axengine.engine._fork import FORKED_FROM_LABEL, RERUN, Fork, fork_task, plan_fork
 from axengine.engine._index import index_writes
 from axengine.engine._reads import TaskView
 from axengine.engine._reconciler import Reconciler, ReconcileReport
@@ -31,7 +32,9 @@ from axengine.records import (
 __all__ = [
     "ACTIVE_STATES",
     "FINAL_STATES",
+    "FORKED_FROM_LABEL",
     "LOCAL_PRINCIPAL",
+    "RERUN",
     "TXN_FIXED_OPS",
     "BlobRef",
     "ClaimResult",
@@ -39,6 +42,7 @@ __all__ = [
     "Engine",
     "EngineConfig",
     "Event",
+    "Fork",
     "NextHop",
     "NodeState",
     "Plan",
@@ -52,9 +56,11 @@ __all__ = [
     "TaskView",
     "check_digest",
     "fit_problem",
+    "fork_task",
     "holds",
     "host_pid_owner",
     "index_writes",
     "owner_is_dead",
+    "plan_fork",
     "txn_ops_bound",
 ]

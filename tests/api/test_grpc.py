@@ -11,7 +11,7 @@ import pytest
 
 from proto.ax.v1 import ax_pb2 as pb
 from proto.ax.v1 import ax_pb2_grpc as pb_grpc
-from tests.api.conftest import GATE_YAML, ServerFactory, ServerHandle
+from tests.api.conftest import GATE_YAML, ServerFactory, ServerHandle, wait_final
 
 SEED_YAML = """\
 name: seed
@@ -321,3 +321,41 @@ def test_grpc_auth(api_server: ServerFactory, stubs_for: Any) -> None:
     assert code_of(stubs.ax.GetTask, pb.GetTaskRequest(task_id="t-x"),
                                             metadata=TOKEN["executor"]) == \
         grpc.StatusCode.NOT_FOUND
+
+
+def test_fork_task(api_server: ServerFactory, stubs_for: Any) -> None:
+    handle = api_server("embedded")
+    stubs = stubs_for(handle)
+    ax = stubs.ax
+    task_id = submit(stubs)
+    source = wait_final(handle.client("submit"), task_id)
+    assert source["status"] == "SUCCEEDED"
+    # An output set on the fork point commits it in the fork's first transaction.
+    forked = ax.ForkTask(pb.ForkTaskRequest(task_id=task_id, from_node="hello",
+                                            output_json='{"text": "forked"}'),
+                         metadata=TOKEN["admin"])
+    assert forked.forked_from == f"{task_id}@hello"
+    assert forked.task.task_id != task_id
+    assert forked.task.status == pb.TASK_STATUS_SUCCEEDED
+    assert forked.task.labels["ax.forked_from"] == f"{task_id}@hello"
+    got = ax.GetTask(pb.GetTaskRequest(task_id=forked.task.task_id), metadata=TOKEN["submit"])
+    assert json.loads(got.snapshots[0].output_json) == {"text": "forked"}
+    # Without an output the fork runs the node again; the source is untouched.
+    rerun = ax.ForkTask(pb.ForkTaskRequest(task_id=task_id, from_node="hello"),
+                        metadata=TOKEN["admin"])
+    again = wait_final(handle.client("submit"), rerun.task.task_id)
+    assert again["status"] == "SUCCEEDED" and again["nodes"]["hello"]["attempt"] == 1
+    assert handle.client("submit").get(f"/v1/tasks/{task_id}").json() == source
+    refusals = [
+        (pb.ForkTaskRequest(task_id=task_id, from_node="nope"), "admin",
+         grpc.StatusCode.INVALID_ARGUMENT),
+        (pb.ForkTaskRequest(task_id=task_id), "admin", grpc.StatusCode.INVALID_ARGUMENT),
+        (pb.ForkTaskRequest(task_id=task_id, from_node="hello", output_json="{nope"), "admin",
+         grpc.StatusCode.INVALID_ARGUMENT),
+        (pb.ForkTaskRequest(task_id="t-none", from_node="hello"), "admin",
+         grpc.StatusCode.NOT_FOUND),
+        (pb.ForkTaskRequest(task_id=task_id, from_node="hello"), "submit",
+         grpc.StatusCode.PERMISSION_DENIED),
+    ]
+    for request, role, code in refusals:
+        assert code_of(ax.ForkTask, request, metadata=TOKEN[role]) == code, request

@@ -250,7 +250,8 @@ def test_openapi_docs_health_and_metrics(api_server: ServerFactory) -> None:
     paths = spec.json()["paths"]
     for path in ("/v1/tasks", "/v1/tasks/{task_id}", "/v1/tasks/{task_id}/events",
                  "/v1/tasks/{task_id}/watch", "/v1/tasks/{task_id}/cancel",
-                 "/v1/tasks/{task_id}/retry", "/v1/dags/validate",
+                 "/v1/tasks/{task_id}/retry", "/v1/tasks/{task_id}/fork",
+                 "/v1/dags/validate",
                  "/v1/tasks/{task_id}/nodes/{node_id}/decision"):
         assert path in paths, path
     assert "HTTPBearer" in spec.json()["components"]["securitySchemes"]
@@ -269,3 +270,42 @@ def test_openapi_docs_health_and_metrics(api_server: ServerFactory) -> None:
     assert "ax_snapshot_write_seconds_count{result=\"committed\"}" in text
     assert 'route="/v1/tasks",method="POST"' in text or \
         'method="POST",route="/v1/tasks"' in text
+
+
+HIGH_RISK = {"revenue_growth": 0.3, "net_profit_margin": 0.05, "debt_to_equity": 1.0}
+
+
+def test_fork_a_finished_task_at_a_node_with_a_set_output(api_server: ServerFactory) -> None:
+    handle = api_server("embedded")
+    submit, admin = handle.client("submit"), handle.client("admin")
+    dag_yaml = (ROOT / "dags" / "financial_risk_assessment.yaml").read_text()
+    task_input = json.loads((ROOT / "dags" / "inputs" / "financial_risk_assessment.json")
+                            .read_text())
+    created = submit.post("/v1/tasks", json={"dag_yaml": dag_yaml, "input": task_input})
+    source_id = created.json()["task_id"]
+    source = wait_final(submit, source_id)
+    assert source["nodes"]["assess_risk"]["output"] == "medium_risk"
+    path = f"/v1/tasks/{source_id}/fork"
+    body = {"from_node": "extract_metrics", "output": HIGH_RISK}
+    assert submit.post(path, json=body).status_code == 403  # admin only
+    forked = admin.post(path, json=body)
+    assert forked.status_code == 201, forked.text
+    reply = forked.json()
+    assert reply["forked_from"] == f"{source_id}@extract_metrics"
+    fork = submit.get(f"/v1/tasks/{reply['task']['task_id']}").json()
+    # The set output decided the edges in the fork's first transaction: high risk.
+    assert fork["status"] == "PAUSED"
+    assert fork["labels"]["ax.forked_from"] == f"{source_id}@extract_metrics"
+    assert fork["nodes"]["assess_risk"]["output"] == "high_risk"
+    assert fork["nodes"]["send_high_risk_email"]["state"] == "PAUSED"
+    assert fork["nodes"]["parse_pdf"]["output"] == source["nodes"]["parse_pdf"]["output"]
+    assert submit.get(f"/v1/tasks/{source_id}").json() == source
+    kinds = [e["kind"] for e in submit.get(f"/v1/tasks/{fork['task_id']}/events")
+             .json()["events"]]
+    assert "forked" in kinds
+    unknown = admin.post(path, json={"from_node": "extract"})
+    assert unknown.status_code == 400 and "extract" in unknown.text
+    never = admin.post(path, json={"from_node": "send_alert"})
+    assert never.status_code == 409 and "never reached" in never.text
+    running = admin.post(f"/v1/tasks/{fork['task_id']}/fork", json={"from_node": "parse_pdf"})
+    assert running.status_code == 409 and "fork a finished task" in running.text

@@ -75,6 +75,7 @@ METHODS = (
     "/ax.v1.AxService/ResumeNode",
     "/ax.v1.AxService/CancelTask",
     "/ax.v1.AxService/RetryTask",
+    "/ax.v1.AxService/ForkTask",
     "/ax.v1.AxService/ValidateDag",
     "/ax.v1.ExecutorService/Claim",
     "/ax.v1.ExecutorService/Heartbeat",
@@ -287,6 +288,7 @@ ALLOWED_WHO = {
     "SubmitTask": ("admin", "submitter", "submitter2"), "ValidateDag": ("submitter", "admin"),
     "Decide": ("approver", "admin"), "ResumeNode": ("approver", "admin"),
     "CancelTask": ("admin",), "RetryTask": ("admin",),
+    "ForkTask": ("admin",),
     **{m: ("executor",) for m in ("Claim", "Heartbeat", "Progress", "Checkpoint", "Complete",
                                   "EffectBegin", "EffectDone", "EffectGet", "GetRun")},
 }

@@ -110,6 +110,7 @@ ROUTES: dict[str, str] = {
     "POST /v1/callbacks/{key}": "callback",
     "POST /v1/tasks/{task_id}/cancel": "cancel",
     "POST /v1/tasks/{task_id}/retry": "retry",
+    "POST /v1/tasks/{task_id}/fork": "fork",
     "POST /v1/dags/validate": "validate",
     "GET /v1/dags/{dag_hash}": "none",
     "GET /v1/dags": "none",
@@ -340,6 +341,10 @@ def model_body(draw: st.DrawFn, kind: str) -> Any:
         body = draw(st.fixed_dictionaries({}, optional={
             "from_node": st.one_of(st.sampled_from(NODE_IDS), hostile_text(), json_value),
             "input": json_value}))
+    elif kind == "fork":
+        body = draw(st.fixed_dictionaries({}, optional={
+            "from_node": st.one_of(st.sampled_from(NODE_IDS), hostile_text(), json_value),
+            "output": json_value}))
     elif kind == "validate":
         body = draw(st.one_of(
             st.builds(lambda d: {"dag": d}, st.one_of(valid_dag(), dag_mapping(), json_value)),
@@ -384,6 +389,9 @@ def sane_body(draw: st.DrawFn, kind: str) -> dict[str, Any]:
     if kind == "retry":
         return draw(st.fixed_dictionaries({"from_node": st.sampled_from(NODE_IDS)},
                                           optional={"input": json_value}))
+    if kind == "fork":
+        return draw(st.fixed_dictionaries({"from_node": st.sampled_from(NODE_IDS)},
+                                          optional={"output": json_value}))
     if kind == "validate":
         return draw(st.one_of(st.builds(lambda d: {"dag": d}, dag),
                               st.builds(lambda y: {"dag_yaml": y}, dag_yaml())))
@@ -394,7 +402,8 @@ FIELDS = {"submit": ("dag", "dag_yaml", "dag_hash", "input", "priority", "labels
                      "deadline_seconds", "idempotency_key"),
           "decision": ("decision", "comment"), "cancel": ("reason",), "resume": ("data",),
           "callback": ("x",), "login": ("token",),
-          "retry": ("from_node", "input"), "validate": ("dag", "dag_yaml", "file"),
+          "retry": ("from_node", "input"), "fork": ("from_node", "output"),
+          "validate": ("dag", "dag_yaml", "file"),
           "none": ("x",)}
 
 
@@ -481,7 +490,7 @@ def query(draw: st.DrawFn, route: str) -> str:
 ALLOWED_WHO = {"submit": ("admin", "submitter", "submitter2"), "validate": ("submitter",
                "admin"), "decision": ("approver", "admin"), "cancel": ("admin",),
                "resume": ("approver", "admin"), "callback": ("approver", "admin"),
-               "retry": ("admin",), "login": ("admin", "approver"),
+               "retry": ("admin",), "fork": ("admin",), "login": ("admin", "approver"),
                "none": ("admin", "submitter", "approver", "executor")}
 
 

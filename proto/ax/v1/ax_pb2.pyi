@@ -502,6 +502,24 @@ class RetryTaskReply(_message.Message):
     task: Task
     def __init__(self, task: _Optional[_Union[Task, _Mapping]] = ...) -> None: ...
 
+class ForkTaskRequest(_message.Message):
+    __slots__ = ("task_id", "from_node", "output_json")
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    FROM_NODE_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_JSON_FIELD_NUMBER: _ClassVar[int]
+    task_id: str
+    from_node: str
+    output_json: str
+    def __init__(self, task_id: _Optional[str] = ..., from_node: _Optional[str] = ..., output_json: _Optional[str] = ...) -> None: ...
+
+class ForkTaskReply(_message.Message):
+    __slots__ = ("task", "forked_from")
+    TASK_FIELD_NUMBER: _ClassVar[int]
+    FORKED_FROM_FIELD_NUMBER: _ClassVar[int]
+    task: Task
+    forked_from: str
+    def __init__(self, task: _Optional[_Union[Task, _Mapping]] = ..., forked_from: _Optional[str] = ...) -> None: ...
+
 class ValidateDagRequest(_message.Message):
     __slots__ = ("dag_yaml", "file_name")
     DAG_YAML_FIELD_NUMBER: _ClassVar[int]

@@ -83,6 +83,11 @@ class AxServiceStub:
                 request_serializer=proto_dot_ax_dot_v1_dot_ax__pb2.RetryTaskRequest.SerializeToString,
                 response_deserializer=proto_dot_ax_dot_v1_dot_ax__pb2.RetryTaskReply.FromString,
                 _registered_method=True)
+        self.ForkTask = channel.unary_unary(
+                '/ax.v1.AxService/ForkTask',
+                request_serializer=proto_dot_ax_dot_v1_dot_ax__pb2.ForkTaskRequest.SerializeToString,
+                response_deserializer=proto_dot_ax_dot_v1_dot_ax__pb2.ForkTaskReply.FromString,
+                _registered_method=True)
         self.ValidateDag = channel.unary_unary(
                 '/ax.v1.AxService/ValidateDag',
                 request_serializer=proto_dot_ax_dot_v1_dot_ax__pb2.ValidateDagRequest.SerializeToString,
@@ -162,6 +167,14 @@ class AxServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ForkTask(self, request, context):
+        """Forks a finished task at a node (admin): a new task that shares the committed
+        history before the node and runs from there; the source task is not written.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ValidateDag(self, request, context):
         """Validates a DAG document without storing it.
         """
@@ -216,6 +229,11 @@ def add_AxServiceServicer_to_server(servicer, server):
                     servicer.RetryTask,
                     request_deserializer=proto_dot_ax_dot_v1_dot_ax__pb2.RetryTaskRequest.FromString,
                     response_serializer=proto_dot_ax_dot_v1_dot_ax__pb2.RetryTaskReply.SerializeToString,
+            ),
+            'ForkTask': grpc.unary_unary_rpc_method_handler(
+                    servicer.ForkTask,
+                    request_deserializer=proto_dot_ax_dot_v1_dot_ax__pb2.ForkTaskRequest.FromString,
+                    response_serializer=proto_dot_ax_dot_v1_dot_ax__pb2.ForkTaskReply.SerializeToString,
             ),
             'ValidateDag': grpc.unary_unary_rpc_method_handler(
                     servicer.ValidateDag,
@@ -470,6 +488,33 @@ class AxService:
             '/ax.v1.AxService/RetryTask',
             proto_dot_ax_dot_v1_dot_ax__pb2.RetryTaskRequest.SerializeToString,
             proto_dot_ax_dot_v1_dot_ax__pb2.RetryTaskReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ForkTask(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ax.v1.AxService/ForkTask',
+            proto_dot_ax_dot_v1_dot_ax__pb2.ForkTaskRequest.SerializeToString,
+            proto_dot_ax_dot_v1_dot_ax__pb2.ForkTaskReply.FromString,
             options,
             channel_credentials,
             insecure,
