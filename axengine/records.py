@@ -10,9 +10,9 @@ Times are UNIX seconds (float); 0 means "not set".
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import StrEnum
-from typing import Any
+from typing import Any, TypeVar
 
 from axengine.activity import Activity
 
@@ -27,6 +27,7 @@ __all__ = [
     "Snapshot",
     "TaskRecord",
     "TaskStatus",
+    "replace",
 ]
 
 
@@ -270,3 +271,33 @@ class _NoEdits:
 
 
 NO_EDITS: Any = _NoEdits()
+
+
+_R = TypeVar("_R")
+#: Field names of each record class :func:`replace` has copied, in declaration order.
+_FIELDS: dict[type, tuple[tuple[str, ...], frozenset[str]]] = {}
+
+
+def replace(record: _R, /, **changes: Any) -> _R:
+    """``dataclasses.replace`` for the frozen records of this package, about twice as
+    fast: the fields are copied into a new instance without running ``__init__`` (the
+    records have no ``__post_init__`` and no derived fields; a transition copies a
+    40-field snapshot about ten times per node).
+
+    Raises:
+        TypeError: ``changes`` names a field the record does not have.
+    """
+    cls = type(record)
+    known = _FIELDS.get(cls)
+    if known is None:
+        names = tuple(f.name for f in fields(cls))  # type: ignore[arg-type]
+        known = _FIELDS[cls] = (names, frozenset(names))
+    names, name_set = known
+    if not changes.keys() <= name_set:
+        unknown = sorted(changes.keys() - name_set)
+        raise TypeError(f"{cls.__name__} has no field(s) {', '.join(unknown)}")
+    new = object.__new__(cls)
+    for name in names:
+        object.__setattr__(new, name, changes[name] if name in changes else
+                           getattr(record, name))
+    return new

@@ -299,3 +299,19 @@ def test_an_unknown_effect_state_is_refused() -> None:
     record = EffectRecord(key="k", state="LOST")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="unknown state"):
         encode_effect(record)
+
+
+def test_the_records_replace_matches_dataclasses_replace() -> None:
+    import dataclasses
+
+    from axengine.records import NextHop, Snapshot, TaskRecord, TaskStatus, replace
+
+    snap = Snapshot(task_id="t", node_id="n", attempt=2, next_hops=(NextHop("m", True),))
+    changed = {"state": NodeState.RUNNING, "fence": 3, "owner": "w"}
+    assert replace(snap, **changed) == dataclasses.replace(snap, **changed)
+    assert replace(snap) == snap and replace(snap) is not snap
+    task = TaskRecord(task_id="t", dag_hash="h", dag_name="d", input={"a": 1})
+    assert replace(task, status=TaskStatus.PAUSED) == dataclasses.replace(
+        task, status=TaskStatus.PAUSED)
+    with pytest.raises(TypeError, match="no field"):
+        replace(snap, colour="red")

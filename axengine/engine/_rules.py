@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -40,6 +40,7 @@ from axengine.records import (
     Snapshot,
     TaskRecord,
     TaskStatus,
+    replace,
 )
 from executors.contract import Failure, Outcome, Paused, Success, Unavailable
 

@@ -25,7 +25,7 @@ import random
 import secrets
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +49,7 @@ from axengine.keys import StoreKeys
 from axengine.limits import MAX_CHECKPOINT_BYTES, canonical_json, check_json_value
 from axengine.owners import LOCAL_PRINCIPAL
 from axengine.queue import WorkItem, WorkQueue
-from axengine.records import NO_EDITS, Event, Snapshot, TaskRecord, TaskStatus
+from axengine.records import NO_EDITS, Event, Snapshot, TaskRecord, TaskStatus, replace
 from axengine.store import (
     Compare,
     Delete,
