@@ -395,5 +395,9 @@ def test_the_record_cache_is_bounded_and_never_goes_back() -> None:
     assert (cache.get("b"), len(cache)) == (None, 2)
     cache.put("huge", 1, "H", 101)  # larger than the bound: not kept
     assert cache.get("huge") is None
+    counted = RecordCache(max_bytes=10**6, max_entries=2)
+    for key in "xyz":
+        counted.put(key, 1, key.upper(), 1)
+    assert (counted.get("x"), len(counted)) == (None, 2)  # the count bound holds too
     cache.drop(["a", "missing"])
     assert cache.get("a") is None and cache.get("c") == (1, "C")
