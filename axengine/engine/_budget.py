@@ -13,15 +13,18 @@ reason that has nothing to do with its work. The bound is worked out from the ru
   the submit transaction) and the task's status event: ``2N + 4`` plus the indexes;
 - **complete** (and a gate's decision or timeout) writes the node and, through skip
   propagation and inline conditions, possibly every other node, one event each, plus
-  the task record and its status event: ``2N + 2`` plus the index moves. A non-retryable
-  failure of the first node of a 10,000-node chain skips the other 9,999 at once;
+  the task record and its status event, and the ``claimed`` event of a successor the
+  completing worker claims in the same transaction: ``2N + 3`` plus the index moves. A
+  non-retryable failure of the first node of a 10,000-node chain skips the other 9,999
+  at once;
 - **cancel** writes every unfinished node and one event each: ``2N + 2``;
 - **retry** resets the node and its descendants, and re-opens every cancelled node of a
   cancelled task (``retried`` plus at most one event per node): ``2N + 3``.
 
-Claims, heartbeats and progress touch one node. Compares (one per written snapshot plus
-the task record and the idempotency key) never outnumber the puts, and etcd limits each
-of compares, success and failure separately, so the largest count is the puts:
+Claims, heartbeats and progress touch one node. Compares (one per snapshot written or
+read from the engine's cache, the task record, the ramps read and the idempotency key)
+stay within ``N`` plus a few, and etcd limits each of compares, success and failure
+separately, so the largest count is the puts:
 :func:`txn_ops_bound` = ``2N`` + :data:`TXN_FIXED_OPS` + one per label index entry.
 
 Bytes are estimated too (:func:`txn_bytes_estimate`), for the error message and the
