@@ -310,51 +310,78 @@ class WatchEnd:
     status: str
 
 
+class _Cursor:
+    """What a watch stream has sent: events of one transaction share their seq (the
+    commit revision), so the cursor is the last seq plus the ids already sent at it."""
+
+    def __init__(self, after_seq: int) -> None:
+        self.after_seq = after_seq  # the client has every event up to this seq
+        self.last, self.sent = after_seq, set[str]()
+
+    def take(self, event: Event) -> bool:
+        """Whether ``event`` is new (then it counts as sent): events must come in seq
+        order, as a replay or a watch gives them."""
+        if event.seq <= self.after_seq or event.seq < self.last or (
+                event.seq == self.last and event.event_id in self.sent):
+            return False
+        if event.seq != self.last:
+            self.last, self.sent = event.seq, set()
+        self.sent.add(event.event_id)
+        return True
+
+
 async def follow_events(engine: Engine, task_id: str, *, after_seq: int = 0,
                         stopping: asyncio.Event | None = None, keepalive: float = 15.0,
                         max_seconds: float = 3600.0,
                         ) -> AsyncGenerator[Event | WatchEnd | None, None]:
     """Events of a task as they commit: first those with ``seq > after_seq``, then live
-    ones from a store watch, until the task is final (:class:`WatchEnd`), ``stopping``
+    ones from store watches, until the task is final (:class:`WatchEnd`), ``stopping``
     is set or ``max_seconds`` pass. ``None`` is yielded after ``keepalive`` seconds of
     silence so the caller can probe its connection.
 
-    The store revision is read *before* the replay and the watch starts right after it,
-    so an event committed between the two is seen (twice at worst: the cursor dedupes).
+    Live events come from two watches, because etcd serves a watch that starts at a
+    past revision from its history only on its next history sync, up to 100 ms later
+    (and then in one burst). A *history* watch from the revision read before the replay
+    misses nothing, but it is such a late watch whenever anything committed in between
+    (any task's commit moves the revision). A *live* watch from now on is served at once
+    but starts at a revision nobody is told: its first event triggers one more read of
+    the task's events, which holds everything up to that event, so events committed
+    between the replay and the live watch's start are not lost; from then on the live
+    watch alone is complete and the history watch is dropped. Until then the history
+    watch covers a task that commits nothing after the live watch starts (ended or
+    paused in between). The cursor drops what a second source repeats.
 
     Raises:
         NotFound: The task does not exist (before anything is yielded).
     """
     start = await engine.revision()
     await require_task(engine, task_id)
-    # Events of one transaction share their seq (the commit revision): the cursor is
-    # the seq plus the ids already sent at that seq.
-    last, sent = after_seq, set[str]()
+    cursor = _Cursor(after_seq)
     for event in await engine.events(task_id):
-        if event.seq > after_seq:
-            if event.seq != last:
-                last, sent = event.seq, set()
-            sent.add(event.event_id)
+        if cursor.take(event):
             yield event
     task = await require_task(engine, task_id)
     if task.status.final:
         yield WatchEnd(task_id, task.status.value)
         return
-    inbox: asyncio.Queue[Event | BaseException] = asyncio.Queue()
+    # (from the live watch?, an event or the failure that ended a watch)
+    inbox: asyncio.Queue[tuple[bool, Event | BaseException]] = asyncio.Queue()
 
-    async def pump() -> None:
+    async def pump(live: bool) -> None:
         try:
-            async for event in engine.watch_events(task_id, start_revision=start + 1):
-                inbox.put_nowait(event)
+            async for event in engine.watch_events(task_id,
+                                                   start_revision=0 if live else start + 1):
+                inbox.put_nowait((live, event))
         except Exception as exc:  # handed to the consumer, which raises it
-            inbox.put_nowait(exc)
+            inbox.put_nowait((live, exc))
 
     loop = asyncio.get_running_loop()
     end = loop.time() + max_seconds
     stop = stopping or asyncio.Event()
-    pump_task = asyncio.create_task(pump())
+    history_task: asyncio.Task[None] | None = asyncio.create_task(pump(False))
+    live_task = asyncio.create_task(pump(True))
     stop_task = asyncio.create_task(stop.wait())
-    get_task: asyncio.Task[Event | BaseException] | None = None
+    get_task: asyncio.Task[tuple[bool, Event | BaseException]] | None = None
     try:
         while not stop.is_set():
             remaining = end - loop.time()
@@ -369,21 +396,28 @@ async def follow_events(engine: Engine, task_id: str, *, after_seq: int = 0,
                 if not done and end - loop.time() > 0:
                     yield None
                 continue
-            item = get_task.result()
+            live, item = get_task.result()
             get_task = None
+            if not live and history_task is None:
+                continue  # queued before the history watch was dropped
             if isinstance(item, BaseException):
                 raise item
-            if item.seq < last or (item.seq == last and item.event_id in sent):
-                continue
-            if item.seq != last:
-                last, sent = item.seq, set()
-            sent.add(item.event_id)
-            yield item
-            if item.kind in FINAL_EVENT_KINDS:
-                yield WatchEnd(task_id, item.state)
-                return
+            batch = [item]
+            if live and history_task is not None:
+                history_task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await history_task
+                history_task = None
+                batch = await engine.events(task_id)
+            for event in batch:
+                if not cursor.take(event):
+                    continue
+                yield event
+                if event.kind in FINAL_EVENT_KINDS:
+                    yield WatchEnd(task_id, event.state)
+                    return
     finally:
-        for pending in (pump_task, stop_task, get_task):
+        for pending in (history_task, live_task, stop_task, get_task):
             if pending is not None:
                 pending.cancel()
                 with contextlib.suppress(BaseException):

@@ -458,7 +458,10 @@ class EngineReads:
 
         Read :meth:`revision` before replaying what is already stored and start here
         right after it, so an event committed in between is seen (twice at worst: the
-        caller dedupes by seq and event id).
+        caller dedupes by seq and event id). On etcd a watch that starts at a past
+        revision is served from its history only on etcd's next sync, up to 100 ms
+        later; ``start_revision=0`` (from now on) is served at once — the API's
+        ``follow_events`` runs both and reconciles them.
 
         Raises:
             RevisionCompacted: ``start_revision`` is older than the store keeps.
