@@ -36,7 +36,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import operator
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -215,6 +215,22 @@ class _Watcher(Watcher):  # type: ignore[misc]  # aetcd ships no types
                     self._new_callback_ready.notify_all()
             return
         await super()._handle_response(response)
+
+
+async def _created(create: Awaitable[Any], watcher: Any) -> Any:
+    """The watch ``create`` makes, seen through to the end even when the caller is
+    cancelled meanwhile: aetcd creates one watch at a time and hands etcd's next
+    "created" answer to whichever request is pending, so a creation abandoned half-way
+    would give its answer — its watch id — to the next watch, whose events would then
+    never arrive. A cancelled caller's watch is cancelled once it exists."""
+    task = asyncio.ensure_future(create)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception, asyncio.CancelledError):
+            callback = await asyncio.shield(task)
+            await watcher.cancel(callback.watch_id)
+        raise
 
 
 def _map_client_error(exc: BaseException, where: str, user: str | None = None) -> Exception:
@@ -591,9 +607,9 @@ class EtcdStore:
         for attempt in range(2):
             conn = await self._connection()
             try:
-                callback = await conn.watcher.add_callback(
+                callback = await _created(conn.watcher.add_callback(
                     key, queue.put, range_end=end, start_revision=start_revision or None
-                )
+                ), conn.watcher)
                 break
             except Exception as exc:
                 error = _map_client_error(exc, conn.target, user)

@@ -374,3 +374,37 @@ def test_auth_token_is_renewed_after_a_restart(secure_etcd: SecureEtcd) -> None:
             assert kv is not None and kv.mod_revision == written.revision
 
     asyncio.run(main())
+
+
+def test_watches_cancelled_while_being_created_leave_later_watches_working(
+        etcd_server: Server) -> None:
+    """aetcd creates one watch at a time and matches etcd's "created" answers to the
+    pending request: a watch abandoned half-way through its creation (its consumer
+    cancelled, as an event stream that no longer needs it) must not hand its answer to
+    the next watch, whose events would then never arrive."""
+    async def main() -> None:
+        store = _store(etcd_server)
+        prefix = _prefix()
+        try:
+            async def first(watch_prefix: str) -> None:
+                async for _ in store.watch(watch_prefix):
+                    return
+
+            for round_ in range(20):
+                starting = [asyncio.create_task(first(f"{prefix}/gone{round_}-{i}/"))
+                            for i in range(5)]
+                await asyncio.sleep(0)  # each is now inside its watch's creation
+                for task in starting:
+                    task.cancel()
+                await asyncio.gather(*starting, return_exceptions=True)
+            watched = f"{prefix}/kept/"
+            revision = await store.revision()
+            seen = asyncio.ensure_future(anext(aiter(store.watch(watched,
+                                                                 start_revision=revision + 1))))
+            await store.txn([], [Put(watched + "k", b"v")])
+            event = await asyncio.wait_for(seen, WAIT)  # a hang fails; no time is measured
+            assert (event.kind, event.kv.key, event.kv.value) == ("put", watched + "k", b"v")
+        finally:
+            await store.close()
+
+    asyncio.run(main())
