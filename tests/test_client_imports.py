@@ -21,3 +21,23 @@ def test_import_loads_no_heavy_module(module: str) -> None:
     loaded = [m for m in out if m.split(".")[0] == "jinja2"
               or any(m == p or m.startswith(p + ".") for p in FORBIDDEN)]
     assert loaded == [], f"import {module} loads {loaded}"
+
+
+#: What only a running API server needs.
+SERVER_FRAMEWORKS = ("fastapi", "starlette", "uvicorn", "axengine.api._rest",
+                     "axengine.api._server", "axengine.api._grpc")
+
+
+def test_the_command_line_loads_no_server_framework_until_a_server_starts() -> None:
+    """Every ``ax`` command imports ``axengine.cli``; the server's frameworks load only
+    when ``ax api`` / ``ax server`` start one (they took 0.3 s of every command)."""
+    code = ("import sys, axengine.cli, axengine.api; from axengine.api import parse_address; "
+            "print('\\n'.join(sorted(sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, timeout=60).stdout.split()
+    loaded = [m for m in out if any(m == p or m.startswith(p + ".") for p in SERVER_FRAMEWORKS)]
+    assert loaded == [], loaded
+    # Named on first use, the rest of the package is still there.
+    code = "from axengine.api import create_app, serve, ApiServer; print(create_app.__module__)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True, timeout=60).stdout.strip() == "axengine.api._rest"

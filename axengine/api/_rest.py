@@ -50,6 +50,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from axengine import limits
 from axengine.api import _ops as ops
 from axengine.api._auth import ANONYMOUS, Authenticator, Principal
+from axengine.api._defaults import DEFAULT_MAX_BODY_BYTES
 from axengine.api._errors import error_body, problem_json, status_of
 from axengine.api._models import (
     ApprovalPage,
@@ -94,8 +95,6 @@ __all__ = ["DEFAULT_MAX_BODY_BYTES", "create_app"]
 
 log = logging.getLogger("axengine.api")
 
-#: Largest request body accepted (bytes) unless configured otherwise.
-DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 #: Seconds a readiness probe waits for the store or the queue.
 READY_TIMEOUT = 2.0
 #: Seconds of silence after which a watch stream sends a keepalive comment.

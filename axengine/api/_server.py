@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import logging
 import socket
 import sys
@@ -29,6 +28,7 @@ import grpc
 import uvicorn
 
 from axengine.api._auth import Authenticator
+from axengine.api._defaults import DEFAULT_GRPC_MAX_MESSAGE, is_loopback, parse_address
 from axengine.api._grpc import add_services
 from axengine.api._grpc_auth import AuthInterceptor
 from axengine.api._grpc_decode import DecodeInterceptor
@@ -47,11 +47,6 @@ __all__ = ["DEFAULT_GRPC_MAX_MESSAGE", "ApiServer", "Listening", "ServerOptions"
 
 log = logging.getLogger("axengine.api.server")
 
-#: Largest gRPC request the server reads (``--grpc-max-message-bytes``). Executors send
-#: outputs inline, so this is also the largest output a remote node can return; it
-#: matches :data:`axengine.limits.MAX_JSON_BYTES`. Each concurrent call may hold this much
-#: memory, so it stays far below gRPC's own 64 MiB-ish habits.
-DEFAULT_GRPC_MAX_MESSAGE = 8 * 1024 * 1024
 #: Replies may be larger than any request: a claim carries the rendered node input and
 #: its rendered prompt, each possibly a copy of a large task input.
 GRPC_SEND_FACTOR = 4
@@ -107,29 +102,6 @@ class Listening:
 
     http_url: str | None
     grpc_address: str | None
-
-
-def parse_address(text: str, what: str) -> tuple[str, int]:
-    """``host:port`` or ``[v6]:port`` → ``(host, port)``.
-
-    Raises:
-        InputError: Not an address with a port in 0-65535.
-    """
-    host, sep, port = text.rpartition(":")
-    host = host.strip("[]")
-    if not sep or not host or not port.isdigit() or int(port) > 65535:
-        raise InputError(f"{what} {text!r}: use HOST:PORT, e.g. 127.0.0.1:8080")
-    return host, int(port)
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` is a loopback name or address."""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def _format(host: str, port: int) -> str:

@@ -15,7 +15,7 @@ import contextlib
 import os
 from typing import Any
 
-from axengine.api import parse_address
+from axengine.api._defaults import parse_address
 from axengine.cli._common import EXIT_FAILED, EXIT_OK, fail, parse_json_arg
 from axengine.cli.services import LOG_LEVELS, add_log_format, log_level
 from axengine.config import AxConfig

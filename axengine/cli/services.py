@@ -18,18 +18,21 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from axengine.api import ServerOptions, is_loopback, load_tokens, parse_address, serve
-from axengine.api._auth import Authenticator
+from axengine.api._auth import Authenticator, load_tokens
+from axengine.api._defaults import (
+    DEFAULT_GRPC_MAX_MESSAGE,
+    DEFAULT_MAX_BODY_BYTES,
+    is_loopback,
+    parse_address,
+)
 from axengine.api._quotas import (
     DEFAULT_MAX_ACTIVE_TASKS,
     DEFAULT_MAX_DEADLINE,
     DEFAULT_MAX_NODE_TIMEOUT,
     Quotas,
 )
-from axengine.api._rest import DEFAULT_MAX_BODY_BYTES
-from axengine.api._server import DEFAULT_GRPC_MAX_MESSAGE
 from axengine.cli._common import EXIT_USAGE, add_home, fail, flags_of
 from axengine.config import AxConfig
 from axengine.engine import EngineConfig
@@ -37,6 +40,9 @@ from axengine.errors import AxError
 from axengine.logs import LOG_FORMATS, configure
 from axengine.runners import RUNNER_NAMES, THREAD, make_runners, runner_help
 from axengine.settings import AxSettings, load_settings
+
+if TYPE_CHECKING:
+    from axengine.api._server import ServerOptions
 
 __all__ = ["register"]
 
@@ -185,6 +191,8 @@ def _options(args: argparse.Namespace, settings: AxSettings, **extra: Any) -> Se
     quotas = Quotas(max_node_timeout=args.max_node_timeout,
                     max_deadline=args.max_task_deadline,
                     max_active_tasks=args.max_active_tasks_per_principal)
+    from axengine.api._server import ServerOptions  # the server's frameworks: on use
+
     return ServerOptions(config=AxConfig.from_settings(settings), http=http, grpc=grpc,
                          quotas=quotas,
                          engine_config=EngineConfig(four_eyes=args.four_eyes),
@@ -197,6 +205,8 @@ def _options(args: argparse.Namespace, settings: AxSettings, **extra: Any) -> Se
 def _run(options: ServerOptions, log_level: str, settings: AxSettings) -> int:
     configure(level=log_level, log_format=settings.log_format,
               access_log=settings.access_log)
+    from axengine.api._server import serve
+
     return asyncio.run(serve(options))
 
 
