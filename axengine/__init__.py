@@ -12,7 +12,15 @@
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
+
+# ax forks only to exec (the subprocess runner's node processes, servers in tests), so
+# gRPC's fork handlers are of no use to it, and with grpcio >= 1.81 they restart gRPC's
+# poller in the child, which fails on the epoll descriptor `Popen(close_fds=True)`
+# closes: the child logs "epoll_wait error: Bad file descriptor" and may die before it
+# execs (grpc/grpc#43055). Off before anything imports grpc; an explicit setting wins.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
 
 if TYPE_CHECKING:  # the real types for checkers; at run time these stay lazy (below)
     from executors.tools import ToolError, tool

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
+import axengine  # noqa: F401  (first: it turns gRPC's fork handlers off, see its module)
 from tests.servers import Server, start_etcd, start_redis
 
 # The suite runs on what it configures itself: a developer's own model key, ax.toml

@@ -3,6 +3,7 @@ template sandbox or Jinja2 (the client speaks REST and decodes with ``axengine.w
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -41,3 +42,15 @@ def test_the_command_line_loads_no_server_framework_until_a_server_starts() -> N
     code = "from axengine.api import create_app, serve, ApiServer; print(create_app.__module__)"
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True, timeout=60).stdout.strip() == "axengine.api._rest"
+
+
+def test_importing_ax_turns_grpc_fork_handlers_off_unless_told_otherwise() -> None:
+    """ax forks only to exec; gRPC's fork handlers restart its poller in the child, which
+    can die on a closed epoll descriptor before it execs (grpc/grpc#43055)."""
+    code = "import os, axengine, grpc; print(os.environ['GRPC_ENABLE_FORK_SUPPORT'])"
+    env = {k: v for k, v in os.environ.items() if k != "GRPC_ENABLE_FORK_SUPPORT"}
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True, timeout=60, env=env).stdout.strip() == "0"
+    env["GRPC_ENABLE_FORK_SUPPORT"] = "1"  # an operator's explicit choice stands
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True, timeout=60, env=env).stdout.strip() == "1"
