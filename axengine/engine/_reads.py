@@ -167,10 +167,15 @@ class EngineReads:
             self._dags[dag_hash] = dag
         return dag
 
-    async def _load_task(self, task_id: str) -> tuple[TaskRecord, int]:
+    async def _task_kv(self, task_id: str) -> KeyValue:
+        """The stored task record (raises :class:`NotFound`)."""
         kv = await self._store.get(self._keys.task(task_id))
         if kv is None:
             raise NotFound(f"task {task_id!r} does not exist")
+        return kv
+
+    async def _load_task(self, task_id: str) -> tuple[TaskRecord, int]:
+        kv = await self._task_kv(task_id)
         return codec.decode_task(kv.value), kv.mod_revision
 
     async def task_record(self, task_id: str) -> TaskRecord:

@@ -161,9 +161,7 @@ class Engine(EngineReads):
         if hit is not None:
             task_rev, task = hit
         else:
-            kv = await self._store.get(key)
-            if kv is None:
-                raise NotFound(f"task {task_id!r} does not exist")
+            kv = await self._task_kv(task_id)
             task, task_rev = codec.decode_task(kv.value), kv.mod_revision
             self._cache.put(key, task_rev, task, len(kv.value))
         return View(dag=await self.get_dag(task.dag_hash), task=task, task_rev=task_rev,
