@@ -62,18 +62,16 @@ def two_node_dag() -> Dag:
     }}, tools=TOOLS, models=MODELS)
 
 
-ops = st.lists(
-    st.one_of(
-        st.tuples(st.just("claim"), st.sampled_from("AB"), st.integers(0, 7)),
-        st.tuples(st.just("complete"), st.sampled_from("AB"), st.integers(0, 7)),
-        st.tuples(st.just("fail"), st.sampled_from("AB"), st.integers(0, 7)),
-        st.tuples(st.just("advance"), st.sampled_from([1.0, 20.0, 40.0, 40.0]), st.just(0)),
-        st.tuples(st.just("crash"), st.sampled_from("AB"), st.just(0)),
-        st.tuples(st.just("expire"), st.just(""), st.just(0)),
-    ),
-    min_size=4,
-    max_size=40,
+#: One step of a script: (operation, worker or amount, which of the candidates).
+OP_STEPS = (
+    st.tuples(st.just("claim"), st.sampled_from("AB"), st.integers(0, 7)),
+    st.tuples(st.just("complete"), st.sampled_from("AB"), st.integers(0, 7)),
+    st.tuples(st.just("fail"), st.sampled_from("AB"), st.integers(0, 7)),
+    st.tuples(st.just("advance"), st.sampled_from([1.0, 20.0, 40.0, 40.0]), st.just(0)),
+    st.tuples(st.just("crash"), st.sampled_from("AB"), st.just(0)),
+    st.tuples(st.just("expire"), st.just(""), st.just(0)),
 )
+ops = st.lists(st.one_of(*OP_STEPS), min_size=4, max_size=40)
 
 
 @settings(max_examples=150, deadline=None,
@@ -143,31 +141,37 @@ async def _scenario(base: Path, dag: Dag, script: list[tuple[str, object, object
                 for node, snap in view.snapshots.items():
                     if snap.state is NodeState.RUNNING:
                         await engine.expire(task, node)
-        view = await engine.get_task(task)
-        assert view.task.status.value == "SUCCEEDED", view.task
-
-        events = await engine.events(task)
-        for node in dag.nodes:
-            commits = [e for e in events if e.kind == "committed" and e.node_id == node]
-            assert len(commits) <= 1, f"{node} committed {len(commits)} times"
-        preds = dag.predecessors
-        for node, snap in view.snapshots.items():
-            assert snap.state in (NodeState.SUCCEEDED, NodeState.SKIPPED), (node, snap.state)
-            reached = not preds[node] or any(
-                view.snapshots[p].state is NodeState.SUCCEEDED
-                and any(h.target_node_id == node and h.is_taken
-                        for h in view.snapshots[p].next_hops)
-                for p in preds[node])
-            assert (snap.state is NodeState.SUCCEEDED) == reached, node
-            if snap.state is NodeState.SUCCEEDED:
-                assert snap.output == {"v": value_of(node, seed), "fence": snap.fence}
-                # The cached decision equals the guards evaluated on the committed output.
-                for hop in snap.next_hops:
-                    edges = [e for e in dag.nodes[node].next if e.target == hop.target_node_id]
-                    expected = any(
-                        e.condition is None
-                        or snap.output["v"] > int(e.condition.split(">")[1].split("}")[0])
-                        for e in edges)
-                    assert hop.is_taken == expected, (node, hop)
+        await assert_finished_cleanly(engine, task, dag, seed)
     finally:
         await store.close()
+
+
+async def assert_finished_cleanly(engine: Engine, task: str, dag: Dag, seed: int) -> None:
+    """The task SUCCEEDED; every node committed at most once, final, reached exactly when
+    a taken edge leads to it, with the output its fence wrote and the edges its guards
+    give on that output."""
+    view = await engine.get_task(task)
+    assert view.task.status.value == "SUCCEEDED", view.task
+    events = await engine.events(task)
+    for node in dag.nodes:
+        commits = [e for e in events if e.kind == "committed" and e.node_id == node]
+        assert len(commits) <= 1, f"{node} committed {len(commits)} times"
+    preds = dag.predecessors
+    for node, snap in view.snapshots.items():
+        assert snap.state in (NodeState.SUCCEEDED, NodeState.SKIPPED), (node, snap.state)
+        reached = not preds[node] or any(
+            view.snapshots[p].state is NodeState.SUCCEEDED
+            and any(h.target_node_id == node and h.is_taken
+                    for h in view.snapshots[p].next_hops)
+            for p in preds[node])
+        assert (snap.state is NodeState.SUCCEEDED) == reached, node
+        if snap.state is NodeState.SUCCEEDED:
+            assert snap.output == {"v": value_of(node, seed), "fence": snap.fence}
+            # The cached decision equals the guards evaluated on the committed output.
+            for hop in snap.next_hops:
+                edges = [e for e in dag.nodes[node].next if e.target == hop.target_node_id]
+                expected = any(
+                    e.condition is None
+                    or snap.output["v"] > int(e.condition.split(">")[1].split("}")[0])
+                    for e in edges)
+                assert hop.is_taken == expected, (node, hop)
