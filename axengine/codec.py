@@ -232,6 +232,10 @@ def snapshot_message(s: Snapshot) -> Any:
         attempt_timeout=s.attempt_timeout,
         preds_left=s.preds_left,
         reached=s.reached,
+        items=s.items,
+        items_started=s.items_started,
+        items_done=s.items_done,
+        visit=s.visit,
         last_updated_unix=s.last_updated,
     )
     t = s.last_updated
@@ -305,6 +309,10 @@ def decode_snapshot(data: bytes) -> Snapshot:
         attempt_timeout=m.attempt_timeout,
         preds_left=m.preds_left,
         reached=m.reached,
+        items=m.items,
+        items_started=m.items_started,
+        items_done=m.items_done,
+        visit=m.visit,
         last_updated=last_updated,
     )
 

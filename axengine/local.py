@@ -182,7 +182,7 @@ class LocalSession:
                                                  by=decided_by, comment="")
                         progressed = True
                 if not progressed:
-                    if not any(resumes_by_itself(s, view.dag.nodes[n].type)
+                    if not any(resumes_by_itself(s, view.dag.node(n).type)
                                for n, s in view.snapshots.items()):
                         break
                     # A pause with a set time: the reconciler resumes it; wait on.

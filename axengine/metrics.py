@@ -58,8 +58,9 @@ from prometheus_client import (
 )
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, start_wsgi_server
 
+from axengine.dag import base_id
 from axengine.errors import InputError, NotFound
-from axengine.records import Event, NodeState, Snapshot, TaskRecord
+from axengine.records import MAP_OWNER, Event, NodeState, Snapshot, TaskRecord
 from axengine.store import Compare, Op, StateStore, StoreWrapper, TxnResult
 from executors.contract import NodeRequest, Success
 from executors.metrics import LLM_REQUEST_SECONDS, MAX_LABEL
@@ -274,9 +275,10 @@ class AxMetrics:
             if item.answer is not None:
                 node_id, answer = item.answer
                 outcome = answer.replace("-", "_")
-                self.node_outcomes.labels(types.get(node_id, "unknown"), outcome).inc()
+                self.node_outcomes.labels(types.get(base_id(node_id), "unknown"),
+                                          outcome).inc()
             for event in item.events:
-                self._count(event, types.get(event.node_id, "unknown"))
+                self._count(event, types.get(base_id(event.node_id), "unknown"))
         return count
 
     async def _node_types(self, engine: Any, item: _Pending) -> dict[str, str]:
@@ -332,11 +334,12 @@ class AxMetrics:
             scanned += 1
             lanes = await self._node_lanes(engine, task)
             for snap in await engine.snapshots(task.task_id):
-                if snap.state in (NodeState.RUNNING, NodeState.WAITING):
+                if snap.state in (NodeState.RUNNING, NodeState.WAITING) \
+                        and snap.owner != MAP_OWNER:  # (a map node: its items count)
                     states[_NODE_GAUGES[snap.state]] += 1
                 age = waiting_age(snap, now)
                 if age is not None:
-                    lane = lanes.get(snap.node_id, "default")
+                    lane = lanes.get(base_id(snap.node_id), "default")
                     oldest[lane] = max(oldest.get(lane, 0.0), age)
         for state, count in states.items():
             self.nodes.labels(state).set(count)

@@ -19,6 +19,7 @@ from axengine.activity import Activity
 __all__ = [
     "ACTIVE_STATES",
     "FINAL_STATES",
+    "MAP_OWNER",
     "NO_EDITS",
     "BlobRef",
     "Event",
@@ -44,6 +45,9 @@ class NodeState(StrEnum):
     DEAD = "DEAD"  #: deadline passed or attempts exhausted with no failure route
     CANCELLED = "CANCELLED"
 
+
+#: ``owner`` of a map node while its items run: no worker holds it, its items do.
+MAP_OWNER = "ax:map"
 
 #: States in which a node still holds the task open.
 ACTIVE_STATES = frozenset({NodeState.WAITING, NodeState.RUNNING, NodeState.PAUSED})
@@ -139,6 +143,12 @@ class Snapshot:
         preds_left: Predecessors whose outgoing edges are not decided yet; the node is
             resolved (readied or skipped) when it reaches 0, in O(1) per decision.
         reached: Whether a decided predecessor took an edge to this node.
+        items: A map node: how many items its expansion has (its rendered ``input``
+            holds them); its items are the snapshots ``{node}[{index}]``.
+        items_started: A map node: items started so far (in index order).
+        items_done: A map node: items ended so far (succeeded, or failed for good).
+        visit: A node in a bounded loop's body: its visit (0 or 1 is the first);
+            earlier visits are kept as the snapshots ``{node}#{visit}``.
     """
 
     task_id: str
@@ -181,6 +191,10 @@ class Snapshot:
     last_updated: float = 0.0
     preds_left: int = 0
     reached: bool = False
+    items: int = 0
+    items_started: int = 0
+    items_done: int = 0
+    visit: int = 0
 
     @property
     def retry_count(self) -> int:

@@ -326,6 +326,12 @@ def path_of(events: Sequence[Event]) -> list[str]:
     return [e.node_id for e in events if e.kind in ("committed", "decided")]
 
 
+def _base_id(node_id: str) -> str:
+    """The DAG node of a map item (``node[3]``) or kept loop visit (``node#2``); as
+    :func:`axengine.dag.base_id`, which a client does not import."""
+    return node_id.split("[", 1)[0].split("#", 1)[0]
+
+
 def result_of(view: TaskState, events: Sequence[Event]) -> RunResult:
     """Build a :class:`RunResult` from a task (engine view or decoded reply) and its
     timeline."""
@@ -338,7 +344,8 @@ def result_of(view: TaskState, events: Sequence[Event]) -> RunResult:
         path=path_of(events),
         states={n: s.state.value for n, s in snaps.items()},
         waiting=[n for n, s in snaps.items()
-                 if s.state is NodeState.PAUSED and nodes[n].type == "human_gateway"],
+                 if s.state is NodeState.PAUSED
+                 and nodes[_base_id(n)].type == "human_gateway"],
         errors={n: s.error for n, s in snaps.items() if s.error},
     )
 

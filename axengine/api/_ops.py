@@ -485,7 +485,7 @@ async def node_snapshot(engine: Engine, task_id: str, node_id: str) -> tuple[Sna
     """
     task = await require_task(engine, task_id)
     dag = await engine.get_dag(task.dag_hash)
-    node = dag.nodes.get(node_id)
+    node = dag.get_node(node_id)
     snap = await engine.snapshot(task_id, node_id) if node is not None else None
     if node is None or snap is None:
         raise NotFound(f"task {task_id!r} has no node {node_id!r}")
@@ -500,7 +500,7 @@ async def task_view_json(engine: Engine, task_id: str) -> dict[str, Any]:
     effects = await engine.task_effects(task_id)
     body = task_json(view.task)
     body["nodes"] = {
-        nid: node_json(await resolve_input(engine, snap), view.dag.nodes[nid].type,
+        nid: node_json(await resolve_input(engine, snap), view.dag.node(nid).type,
                        effects.get(nid, ()))
         for nid, snap in view.snapshots.items()
     }

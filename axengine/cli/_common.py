@@ -103,7 +103,7 @@ def format_event(event: Event, t0: float) -> str:
 def node_table(view: TaskView) -> str:
     rows = [("NODE", "TYPE", "STATE", "ATTEMPT", "FENCE", "NEXT / ERROR")]
     for nid, snap in view.snapshots.items():
-        node = view.dag.nodes[nid]
+        node = view.dag.node(nid)
         taken = ", ".join(h.target_node_id for h in snap.next_hops if h.is_taken)
         note = snap.error or snap.evidence or (f"-> {taken}" if taken else "")
         rows.append((nid, node.type, snap.state.value, str(snap.attempt), str(snap.fence),

@@ -24,12 +24,18 @@ from axengine.dag._loader import (
 from axengine.dag._model import (
     DEFAULT_RETRY,
     DEFAULT_TIMEOUT,
+    ITEM_FAILURE_POLICIES,
+    MAX_MAP_ITEMS,
+    MAX_MAP_ITEMS_LIMIT,
     NODE_TYPES,
     Dag,
     Edge,
     Fallback,
     Node,
     NodeType,
+    base_id,
+    item_id,
+    visit_id,
 )
 from axengine.dag._render_graph import to_dot, to_mermaid
 from axengine.dag._resources import RESOURCE_NAMES, RESOURCE_SECTIONS, RUNNERS, parse_quantity
@@ -39,9 +45,12 @@ from axengine.dag._validate import find_cycles
 __all__ = [
     "DEFAULT_RETRY",
     "DEFAULT_TIMEOUT",
+    "ITEM_FAILURE_POLICIES",
     "MAX_DAG_NODES",
     "MAX_DEPTH",
     "MAX_DOCUMENT_BYTES",
+    "MAX_MAP_ITEMS",
+    "MAX_MAP_ITEMS_LIMIT",
     "MAX_YAML_NODES",
     "NODE_TYPES",
     "RESOURCE_NAMES",
@@ -52,8 +61,10 @@ __all__ = [
     "Fallback",
     "Node",
     "NodeType",
+    "base_id",
     "check_task_input",
     "find_cycles",
+    "item_id",
     "load_dag",
     "load_dag_mapping",
     "load_dag_text",
@@ -61,4 +72,5 @@ __all__ = [
     "to_dot",
     "to_mermaid",
     "validate_file",
+    "visit_id",
 ]

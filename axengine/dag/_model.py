@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -18,13 +18,47 @@ from axengine.limits import canonical_json
 __all__ = [
     "DEFAULT_RETRY",
     "DEFAULT_TIMEOUT",
+    "ITEM_FAILURE_POLICIES",
+    "MAX_MAP_ITEMS",
+    "MAX_MAP_ITEMS_LIMIT",
     "NODE_TYPES",
     "Dag",
     "Edge",
     "Fallback",
     "Node",
     "NodeType",
+    "base_id",
+    "item_id",
+    "visit_id",
 ]
+
+
+def item_id(node_id: str, index: int) -> str:
+    """The id of item ``index`` of map node ``node_id``: ``node[index]``."""
+    return f"{node_id}[{index}]"
+
+
+def visit_id(node_id: str, visit: int) -> str:
+    """The id under which visit ``visit`` of a loop's node is kept once the loop went
+    round again: ``node#visit``."""
+    return f"{node_id}#{visit}"
+
+
+def base_id(instance: str) -> str:
+    """The DAG node of a node id, a map item id (``node[3]``) or a visit (``node#2``)."""
+    cut = len(instance)
+    for mark in "[#":
+        at = instance.find(mark)
+        if at != -1:
+            cut = min(cut, at)
+    return instance[:cut]
+
+#: Items one map expansion may have when its node sets no ``max_items``.
+MAX_MAP_ITEMS = 1_000
+#: Highest ``max_items`` a DAG may set: the expansion is kept in the node's snapshot.
+MAX_MAP_ITEMS_LIMIT = 100_000
+#: How a map's failing item is handled (``on_item_failure``).
+ITEM_FAILURE_POLICIES: tuple[str, ...] = ("fail", "collect")
 
 NodeType = Literal["tool_call", "llm_call", "condition", "human_gateway"]
 #: Node types of the DAG language.
@@ -61,7 +95,15 @@ class Edge:
     target: str
     condition: str | None = None
     when: str | None = None
+    #: A back edge of a bounded loop: the most visits its target may have (the first
+    #: included); None for a forward edge.
+    max_visits: int | None = None
     line: int = field(default=0, compare=False)
+
+    @property
+    def loops(self) -> bool:
+        """Whether this is the back edge of a bounded loop."""
+        return self.max_visits is not None
 
     def canonical(self) -> dict[str, Any]:
         out: dict[str, Any] = {"target": self.target}
@@ -69,6 +111,8 @@ class Edge:
             out["condition"] = self.condition
         if self.when is not None:
             out["when"] = self.when
+        if self.max_visits is not None:
+            out["max_visits"] = self.max_visits
         return out
 
 
@@ -126,6 +170,15 @@ class Node:
         resources: ``llm_call``/``tool_call``: Kubernetes-shaped ``{requests: {cpu,
             memory}, limits: {cpu, memory}}`` with quantity strings (only the sections
             and names the DAG sets); None when unset.
+        map: ``llm_call``/``tool_call``: a template rendering the list the node runs
+            over, once per item (None: a plain node). The items are committed when the
+            node is readied; each runs as the instance ``{id}[{index}]``.
+        max_concurrency: Map: items running at once (None: all of them).
+        max_items: Map: the most items one expansion may have (None: the engine's
+            bound, :data:`MAX_MAP_ITEMS`).
+        on_item_failure: Map: ``fail`` (the node fails at the first item that fails
+            for good) or ``collect`` (every item runs; the output records each item's
+            result or error).
         line: Source line of the node, for messages.
     """
 
@@ -154,6 +207,10 @@ class Node:
     runner: str | None = None
     resources: Mapping[str, Mapping[str, str]] | None = None
     timeout_policy: Mapping[str, Any] | None = None
+    map: str | None = None
+    max_concurrency: int | None = None
+    max_items: int | None = None
+    on_item_failure: str = "fail"
     line: int = field(default=0, compare=False)
 
     @property
@@ -163,13 +220,25 @@ class Node:
 
     @property
     def targets(self) -> tuple[str, ...]:
-        """Every node this node may lead to (edges, then ``on_failure``), deduplicated."""
+        """Every node this node may lead to forward (edges, then ``on_failure``),
+        deduplicated; a loop's back edge is not among them (:attr:`loop_edge`)."""
         seen: dict[str, None] = {}
         for edge in self.next:
-            seen.setdefault(edge.target, None)
+            if not edge.loops:
+                seen.setdefault(edge.target, None)
         if self.on_failure:
             seen.setdefault(self.on_failure, None)
         return tuple(seen)
+
+    @property
+    def loop_edge(self) -> Edge | None:
+        """The back edge of a bounded loop this node closes, if any."""
+        return next((edge for edge in self.next if edge.loops), None)
+
+    @property
+    def item_bound(self) -> int:
+        """Map: the most items one expansion may have."""
+        return self.max_items if self.max_items is not None else MAX_MAP_ITEMS
 
     def canonical(self) -> dict[str, Any]:
         """JSON-able form with defaults applied; the input of :attr:`Dag.hash`."""
@@ -198,6 +267,13 @@ class Node:
                                 for section, values in self.resources.items()}
         if self.timeout_policy is not None:
             out["timeout_policy"] = dict(self.timeout_policy)
+        if self.map is not None:
+            out["map"] = self.map
+            out["on_item_failure"] = self.on_item_failure
+            if self.max_concurrency is not None:
+                out["max_concurrency"] = self.max_concurrency
+            if self.max_items is not None:
+                out["max_items"] = self.max_items
         if self.fallback is not None:
             out["fallback"] = {"model": self.fallback.model, "threshold": self.fallback.threshold}
         out["next"] = [edge.canonical() for edge in self.next]
@@ -214,7 +290,8 @@ class Node:
             timeout=float(data["timeout"]),
             retry=int(data["retry"]),
             next=tuple(
-                Edge(e["target"], e.get("condition"), e.get("when")) for e in data["next"]
+                Edge(e["target"], e.get("condition"), e.get("when"), e.get("max_visits"))
+                for e in data["next"]
             ),
             tool=data.get("tool"),
             model=data.get("model"),
@@ -234,6 +311,10 @@ class Node:
             runner=data.get("runner"),
             resources=data.get("resources"),
             timeout_policy=data.get("timeout_policy"),
+            map=data.get("map"),
+            max_concurrency=data.get("max_concurrency"),
+            max_items=data.get("max_items"),
+            on_item_failure=data.get("on_item_failure", "fail"),
         )
 
 
@@ -300,9 +381,74 @@ class Dag:
             source=source,
         )
 
+    def node(self, node_id: str) -> Node:
+        """The node of ``node_id``, a map item (``node[3]``) or a kept visit
+        (``node#2``) included.
+
+        Raises:
+            KeyError: The DAG has no such node.
+        """
+        return self.nodes[base_id(node_id)]
+
+    def in_order(self, node_ids: Iterable[str]) -> list[str]:
+        """``node_ids`` (nodes, map items, kept visits) in display order: document order
+        of their nodes, each node followed by its kept visits and its items, by number.
+        Ids of nodes the DAG does not have are left out."""
+        index = {nid: i for i, nid in enumerate(self.nodes)}
+
+        def key(instance: str) -> tuple[int, int, int]:
+            base = base_id(instance)
+            rest = instance[len(base):]
+            kind = 0 if not rest else (1 if rest.startswith("#") else 2)
+            number = int(rest.strip("#[]")) if rest.strip("#[]").isdigit() else 0
+            return index[base], kind, number
+
+        return sorted((n for n in node_ids if base_id(n) in index), key=key)
+
+    def get_node(self, node_id: str) -> Node | None:
+        """:meth:`node`, or None when the DAG has no such node."""
+        return self.nodes.get(base_id(node_id))
+
+    @property
+    def loops(self) -> Mapping[str, tuple[str, ...]]:
+        """For each node closing a bounded loop (its back edge), the loop's body: the
+        nodes on forward paths from the back edge's target to it, in document order
+        (target first, the closing node last)."""
+        cached = self.__dict__.get("_loops")
+        if cached is None:
+            cached = {}
+            for node in self.nodes.values():
+                edge = node.loop_edge
+                if edge is None or edge.target not in self.nodes:
+                    continue
+                after = self._reach(edge.target, lambda n: self.nodes[n].targets)
+                before = self._reach(node.id, lambda n: self.predecessors[n])
+                body = after & before
+                cached[node.id] = tuple(n for n in self.nodes if n in body)
+            object.__setattr__(self, "_loops", cached)
+        return cached
+
+    def loop_of(self, node_id: str) -> str | None:
+        """The node closing the bounded loop whose body holds ``node_id``, if any."""
+        for closer, body in self.loops.items():
+            if node_id in body:
+                return closer
+        return None
+
+    def _reach(self, start: str, step: Any) -> set[str]:
+        seen = {start}
+        work = [start]
+        while work:
+            for nxt in step(work.pop()):
+                if nxt in self.nodes and nxt not in seen:
+                    seen.add(nxt)
+                    work.append(nxt)
+        return seen
+
     @property
     def predecessors(self) -> Mapping[str, tuple[str, ...]]:
-        """For each node, the nodes with an edge (or ``on_failure``) to it, sorted."""
+        """For each node, the nodes with a forward edge (or ``on_failure``) to it,
+        sorted; a loop's back edge is not counted."""
         cached = self.__dict__.get("_preds")
         if cached is None:
             preds: dict[str, set[str]] = {nid: set() for nid in self.nodes}

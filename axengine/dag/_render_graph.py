@@ -2,8 +2,10 @@
 
 Node shapes follow the node type in both formats: ``tool_call`` a box (Mermaid
 subroutine), ``llm_call`` a rounded box, ``condition`` a diamond, ``human_gateway`` a
-hexagon. Edges carry their guard (``condition``, without the ``{{ }}``) or ``when``
-label; ``on_failure`` edges are dashed.
+hexagon; a map node's detail ends with ``[map]``. Edges carry their guard
+(``condition``, without the ``{{ }}``) or ``when`` label; ``on_failure`` edges are
+dashed, and so is a bounded loop's back edge (dotted in Mermaid), labelled with its
+``max_visits`` bound (``≤3 visits``) before the guard.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ _DOT_SHAPES: dict[str, str] = {
 _GUARD = re.compile(r"^\s*\{\{-?\s*(.*?)\s*-?\}\}\s*$", re.DOTALL)
 
 
-def _edge_label(edge: Edge) -> str | None:
+def _guard_label(edge: Edge) -> str | None:
     if edge.when is not None:
         return edge.when
     if edge.condition is None:
@@ -42,12 +44,22 @@ def _edge_label(edge: Edge) -> str | None:
     return label if len(label) <= MAX_LABEL else label[: MAX_LABEL - 1] + "…"
 
 
+def _edge_label(edge: Edge) -> str | None:
+    label = _guard_label(edge)
+    if edge.max_visits is None:
+        return label
+    bound = f"≤{edge.max_visits} visits"
+    return f"{bound}: {label}" if label else bound
+
+
 def _node_detail(node: Node) -> str:
     if node.type == "tool_call" and node.tool:
-        return f"tool_call: {node.tool}"
-    if node.type == "llm_call" and node.model:
-        return f"llm_call: {node.model}"
-    return node.type
+        detail = f"tool_call: {node.tool}"
+    elif node.type == "llm_call" and node.model:
+        detail = f"llm_call: {node.model}"
+    else:
+        detail = node.type
+    return f"{detail} [map]" if node.map is not None else detail
 
 
 def _mermaid_text(text: str) -> str:
@@ -65,7 +77,8 @@ def to_mermaid(dag: Dag) -> str:
     for node in dag.nodes.values():
         for edge in node.next:
             label = _edge_label(edge)
-            arrow = f'-->|"{_mermaid_text(label)}"|' if label else "-->"
+            line = "-.->" if edge.loops else "-->"
+            arrow = f'{line}|"{_mermaid_text(label)}"|' if label else line
             lines.append(f"    n_{node.id} {arrow} n_{edge.target}")
         if node.on_failure:
             lines.append(f'    n_{node.id} -.->|"on_failure"| n_{node.on_failure}')
@@ -91,7 +104,10 @@ def to_dot(dag: Dag) -> str:
     for node in dag.nodes.values():
         for edge in node.next:
             label = _edge_label(edge)
-            attrs = f" [label={_dot_text(label)}]" if label else ""
+            parts = [f"label={_dot_text(label)}"] if label else []
+            if edge.loops:
+                parts.append("style=dashed")
+            attrs = f" [{', '.join(parts)}]" if parts else ""
             lines.append(f"    {_dot_text(node.id)} -> {_dot_text(edge.target)}{attrs};")
         if node.on_failure:
             lines.append(

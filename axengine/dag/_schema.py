@@ -18,6 +18,8 @@ from axengine.dag._input_schema import schema_problems
 from axengine.dag._model import (
     DEFAULT_RETRY,
     DEFAULT_TIMEOUT,
+    ITEM_FAILURE_POLICIES,
+    MAX_MAP_ITEMS_LIMIT,
     NODE_TYPES,
     Dag,
     Edge,
@@ -49,10 +51,12 @@ _COMMON_FIELDS = (
 )
 #: Fields of the node types that run on an executor (the others run on the API server).
 _EXECUTOR_FIELDS = ("runner", "resources", "timeout_policy", "stall_windows")
+#: Fields of a map node (``tool_call`` and ``llm_call`` only); all but ``map`` need it.
+_MAP_FIELDS = ("map", "max_concurrency", "max_items", "on_item_failure")
 _TYPE_FIELDS: Mapping[str, tuple[str, ...]] = {
-    "tool_call": ("tool", "simulate", *_EXECUTOR_FIELDS),
+    "tool_call": ("tool", "simulate", *_EXECUTOR_FIELDS, *_MAP_FIELDS),
     "llm_call": ("model", "prompt", "temperature", "max_tokens", "fallback", "simulate",
-                 *_EXECUTOR_FIELDS),
+                 *_EXECUTOR_FIELDS, *_MAP_FIELDS),
     "condition": ("expression",),
     "human_gateway": ("on_timeout", "four_eyes"),
 }
@@ -71,7 +75,12 @@ _KNOWN: Mapping[str, tuple[str, ...]] = {t: (*_ALLOWED[t], *_EXECUTOR_FIELDS) fo
 _OTHERS: Mapping[str, Mapping[str, tuple[str, ...]]] = {
     t: {o: f for o, f in _TYPE_FIELDS.items() if o != t} for t in _TYPE_FIELDS
 }
-_EDGE_FIELDS = ("target", "condition", "when")
+_EDGE_FIELDS = ("target", "condition", "when", "max_visits")
+#: Most visits a loop's back edge may allow (``max_visits``).
+MAX_LOOP_VISITS = 100
+#: Most items of a map that may run at once (``max_concurrency``).
+MAX_MAP_CONCURRENCY = 1_000
+_MAP_HINT = 'map: "{{ .nodes.split.output.sections }}"'
 _MISSING_HINT: Mapping[str, str] = {
     "tool": "name the tool, e.g. `tool: pdf_parser`",
     "model": "name the model, e.g. `model: gpt-4o-mini`",
@@ -207,15 +216,16 @@ class DagBuilder:
         return None
 
     def _integer(
-        self, raw: Mapping[str, Any], key: str, nid: str, *, low: int, high: int
+        self, raw: Mapping[str, Any], key: str, nid: str, *, low: int, high: int,
+        prefix: str = "",
     ) -> int | None:
         value = raw.get(key)
         if value is None:
             return None
         if isinstance(value, int) and not isinstance(value, bool) and low <= value <= high:
             return value
-        self.problem("bad-value", f"{key} must be an integer from {low} to {high}, "
-                     f"not {value!r}", _key_line(raw, key), nid, key)
+        self.problem("bad-value", f"{prefix}{key} must be an integer from {low} to {high}, "
+                     f"not {value!r}", _key_line(raw, key), nid, prefix + key)
         return None
 
     def _choice(
@@ -410,6 +420,7 @@ class DagBuilder:
             simulate = None
         max_tokens = self._integer(raw, "max_tokens", nid, low=1, high=10_000_000)
         runner = self._choice(raw, "runner", nid, RUNNERS) if ntype in _EXECUTES else None
+        mapped: dict[str, Any] = self._map(nid, raw) if ntype in _EXECUTES else {}
         return Node(
             id=nid,
             type=ntype,
@@ -438,8 +449,37 @@ class DagBuilder:
             resources=self._resources(nid, raw) if ntype in _EXECUTES else None,
             timeout_policy=(self._timeout_policy(nid, raw, timeout)
                             if ntype in _EXECUTES else None),
+            **mapped,
             line=line,
         )
+
+    def _map(self, nid: str, raw: Mapping[str, Any]) -> dict[str, Any]:
+        """``map:`` and the fields that shape a map (``max_concurrency``, ``max_items``,
+        ``on_item_failure``), as :class:`Node` keywords; the others need ``map:``."""
+        out: dict[str, Any] = {}
+        source = self._string(raw, "map", nid)
+        if source is not None:
+            if "{{" in source:
+                self._site(nid, "map", source, _value_pos(raw, "map"))
+                out["map"] = source
+            else:
+                self.problem("bad-value", "map must be a template that renders a list, e.g. "
+                             + _MAP_HINT, _key_line(raw, "map"), nid, "map",
+                             "quote the template; the node runs once per item of the list")
+        out["max_concurrency"] = self._integer(raw, "max_concurrency", nid, low=1,
+                                               high=MAX_MAP_CONCURRENCY)
+        out["max_items"] = self._integer(raw, "max_items", nid, low=1,
+                                         high=MAX_MAP_ITEMS_LIMIT)
+        out["on_item_failure"] = self._choice(raw, "on_item_failure", nid,
+                                              ITEM_FAILURE_POLICIES) or "fail"
+        if "map" not in raw:
+            for key in _MAP_FIELDS[1:]:
+                if key in raw:
+                    self.problem("missing-field", f"{key} applies to a map node; add `map:`",
+                                 _key_line(raw, key), nid, key,
+                                 f"add {_MAP_HINT} to run the node once per item, or "
+                                 f"remove `{key}`")
+        return out
 
     def _stall_windows(self, nid: str, raw: Mapping[str, Any],
                        timeout: float) -> dict[str, float] | None:
@@ -632,5 +672,17 @@ class DagBuilder:
         if condition is not None:
             self._site(nid, f"{field}.condition", condition, _value_pos(item, "condition"),
                        "guard")
-        return Edge(target, condition, when, line=line)
+        max_visits = self._integer(item, "max_visits", nid, low=1, high=MAX_LOOP_VISITS,
+                                   prefix=f"{field}.")
+        if "max_visits" in item and condition is None and when is None \
+                and "condition" not in item and "when" not in item:
+            self.problem("bad-edge", "a loop's back edge needs a guard (`condition:` or "
+                         "`when:`) as well as max_visits", _key_line(item, "max_visits"),
+                         nid, f"{field}.max_visits",
+                         "add the condition on which the loop goes round again, e.g. "
+                         "condition: \"{{ .output.verdict == 'revise' }}\"")
+        if max_visits is None and "max_visits" in item:
+            # Reported above; still a back edge, so that no cycle is reported besides.
+            max_visits = MAX_LOOP_VISITS
+        return Edge(target, condition, when, max_visits, line=line)
 

@@ -1,9 +1,15 @@
-"""Whole-DAG checks: edge targets, cycles, reachability, templates, labels, names.
+"""Whole-DAG checks: edge targets, cycles, loops, reachability, templates, labels, names.
 
 The schema (:mod:`axengine.dag._schema`) turns a document into :class:`Node` values and
 reports field-level problems (types, ranges, unknown fields). Everything that needs the
 whole graph or another module (the template sandbox, the tool and model registries) is
 checked here, by :func:`check_dag`, which never stops at the first problem.
+
+Cycles are looked for on forward edges only: the back edge of a bounded loop (an edge
+with ``max_visits``) is checked apart (it must close a loop, entered at its first node
+and left from its last). Names only some templates have (``item``/``index`` in a map
+node, ``visit``/``previous`` in a loop's nodes) are reported by the template module as
+undefined; the checks here keep those reports only where the name is not defined.
 
 Graph algorithms are iterative and linear in nodes + edges (plus one bitset per node for
 the ancestor check), so a 10,000-node DAG validates without recursion limits.
@@ -12,13 +18,14 @@ the ancestor check), so a 10,000-node DAG validates without recursion limits.
 from __future__ import annotations
 
 import difflib
+import re
 from collections import deque
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from axengine import template
-from axengine.dag._model import NODE_TYPES, Node
+from axengine.dag._model import NODE_TYPES, Dag, Edge, Node
 from axengine.errors import DagProblem, TemplateError, TemplateSecurityError
 
 __all__ = [
@@ -45,6 +52,18 @@ _SYNTAX_HINTS: dict[str, str] = {
     "with `else: <label>`, or one template such as \"{{ .output.kind }}\"",
 }
 _UNSAFE_HINT = "remove the tag: templates read only input, nodes.<id>.output and task"
+#: Names only some templates have: a map node's item, a loop's visit; the template
+#: module reports them as undefined and the checks here decide where they are defined.
+_SCOPED_NAMES: dict[str, str] = {
+    f"{name!r} is not defined": name for name in ("item", "index", "visit", "previous")
+}
+#: ``previous.<id>`` / ``previous['<id>']`` in a (normalized) template.
+_PREVIOUS = re.compile(
+    r"(?<![\w.])previous\s*(?:\.\s*([A-Za-z_]\w*)|\[\s*(['\"])([A-Za-z_]\w*)\2\s*\])"
+)
+_MAP_EXAMPLE = 'map: "{{ .nodes.split.output.sections }}"'
+_LOOP_HINT = ("a loop is closed by an edge from its last node back to its first with "
+              "`max_visits:` and a guard (`condition:` or `when:`)")
 
 
 @dataclass(frozen=True)
@@ -204,6 +223,11 @@ class _Checker:
         self.successors: dict[str, list[str]] = {}
         self.predecessors: dict[str, list[str]] = {nid: [] for nid in nodes}
         self.acyclic = True
+        # Back edges of bounded loops (not among the successors): (node, index, edge).
+        self.back_edges: list[tuple[Node, int, Edge]] = []
+        # Each loop's body by closing node, and the closing node of each body node.
+        self.bodies: dict[str, tuple[str, ...]] = {}
+        self.loop_of: dict[str, str] = {}
         self.labels: dict[str, tuple[str, ...] | None] = {}
         self._ancestors: dict[str, int] | None = None
         self._bit: dict[str, int] = {}
@@ -231,10 +255,12 @@ class _Checker:
         for node in self.nodes.values():
             succ: dict[str, None] = {}
             for i, edge in enumerate(node.next):
-                if edge.target in self.nodes:
-                    succ.setdefault(edge.target, None)
-                else:
+                if edge.target not in self.nodes:
                     self._unknown_target(node, f"next[{i}].target", edge.target, edge.line)
+                elif edge.loops:
+                    self.back_edges.append((node, i, edge))
+                else:
+                    succ.setdefault(edge.target, None)
             if node.on_failure is not None:
                 if node.on_failure in self.nodes:
                     succ.setdefault(node.on_failure, None)
@@ -268,15 +294,128 @@ class _Checker:
                 node=source,
                 field="next",
                 hint=(
-                    "a DAG cannot loop back; use `retry:` to repeat a node, or remove "
-                    f"the edge {source} -> {target}"
+                    "to loop on purpose, bound the loop: give the edge back to the loop's "
+                    f"start ({source} -> {target}) `max_visits:` and a guard (`condition:` "
+                    f"or `when:`); otherwise remove the edge {source} -> {target}, or use "
+                    "`retry:` to repeat a node"
                 ),
             )
+
+    def _reaches(self, start: str, goal: str) -> bool:
+        """Whether forward edges lead from ``start`` to ``goal`` (or they are the same)."""
+        seen = {start}
+        work = [start]
+        while work:
+            current = work.pop()
+            if current == goal:
+                return True
+            for target in self.successors[current]:
+                if target not in seen:
+                    seen.add(target)
+                    work.append(target)
+        return False
+
+    def _edge_field(self, source: str, target: str) -> str:
+        node = self.nodes[source]
+        for i, edge in enumerate(node.next):
+            if edge.target == target and not edge.loops:
+                return f"next[{i}]"
+        return "on_failure" if node.on_failure == target else "next"
+
+    def check_loops(self) -> None:
+        """Back edges (``max_visits``) close loops, one per node; loops are entered at
+        their first node and left from their last, share no node and hold no map."""
+        if not self.acyclic or not self.back_edges:
+            return  # with a forward cycle, loop bodies mean nothing: the cycle is reported
+        closes: dict[str, int] = {}
+        for node, i, edge in self.back_edges:
+            field = f"next[{i}]"
+            if node.id in closes:
+                self.problem(
+                    "bad-edge",
+                    f"{field}: a second edge with max_visits; {node.id} already closes a "
+                    f"loop with next[{closes[node.id]}], and a node may close one loop only",
+                    line=edge.line or node.line, node=node.id, field=f"{field}.max_visits",
+                    hint="remove max_visits from one of the edges",
+                )
+                continue
+            closes[node.id] = i
+            if not self._reaches(edge.target, node.id):
+                self.problem(
+                    "bad-edge",
+                    f"{field}: max_visits on an edge that closes no loop: {edge.target} "
+                    f"does not lead back to {node.id}",
+                    line=edge.line or node.line, node=node.id, field=f"{field}.max_visits",
+                    hint="max_visits marks the edge from a loop's last node back to its "
+                    "first; remove it from a forward edge",
+                )
+        loops = Dag(name="", nodes=self.nodes).loops
+        owner: dict[str, str] = {}
+        for closer, body in loops.items():
+            back = self.nodes[closer].loop_edge
+            if not body or back is None:
+                continue
+            field = f"next[{closes.get(closer, 0)}].max_visits"
+            shared = [nid for nid in body if nid in owner]
+            if shared:
+                self.problem(
+                    "bad-loop",
+                    f"the loop from {back.target} to {closer} shares {', '.join(shared)} "
+                    f"with the loop closed by {owner[shared[0]]}: nested or overlapping "
+                    "loops are not supported yet",
+                    line=back.line or self.nodes[closer].line, node=closer, field=field,
+                    hint="make the loops follow one another, without common nodes",
+                )
+            for nid in body:
+                owner.setdefault(nid, closer)
+            self.bodies[closer] = body
+            if not shared:
+                self._check_loop_body(back.target, closer, body)
+        self.loop_of = owner
+
+    def _check_loop_body(self, first: str, closer: str, body: tuple[str, ...]) -> None:
+        members = set(body)
+        where = f"the loop from {first} to {closer}"
+        for nid in body:
+            node = self.nodes[nid]
+            if node.map is not None:
+                self.problem(
+                    "bad-loop",
+                    f"map node {nid} is inside {where}: a map node in a loop is not "
+                    "supported yet",
+                    line=self.line_of(node, "map"), node=nid, field="map",
+                    hint="run the map before or after the loop",
+                )
+            if nid != closer:
+                for target in self.successors[nid]:
+                    if target in members:
+                        continue
+                    field = self._edge_field(nid, target)
+                    self.problem(
+                        "bad-edge",
+                        f"{field}: {nid} leads to {target}, out of {where}; exits from a "
+                        f"loop must leave from its last node, {closer}",
+                        line=self._edge_line(nid, target), node=nid, field=field,
+                        hint=f"lead the exit from {closer} (with a guard that is false when "
+                        "the loop goes round again), or move it out of the loop",
+                    )
+            if nid != first:
+                for pred in self.predecessors[nid]:
+                    if pred in members:
+                        continue
+                    field = self._edge_field(pred, nid)
+                    self.problem(
+                        "bad-edge",
+                        f"{field}: {pred} -> {nid} enters {where} in the middle; only the "
+                        f"loop's first node {first} may be entered from outside the loop",
+                        line=self._edge_line(pred, nid), node=pred, field=field,
+                        hint=f"lead the edge to {first}",
+                    )
 
     def _edge_line(self, source: str, target: str) -> int:
         node = self.nodes[source]
         for edge in node.next:
-            if edge.target == target and edge.line:
+            if edge.target == target and edge.line and not edge.loops:
                 return edge.line
         if node.on_failure == target:
             return self.line_of(node, "on_failure")
@@ -381,17 +520,95 @@ class _Checker:
                 )
                 continue
             for found_problem in found:
+                message, hint = found_problem.message, found_problem.hint
+                name = _SCOPED_NAMES.get(message) if found_problem.code == "unknown-name" \
+                    else None
+                if name is not None:
+                    scoped = self._scoped_name(site, node, name)
+                    if scoped is None:
+                        continue  # defined where this template runs
+                    message, hint = scoped
                 self.problem(
                     found_problem.code,
-                    f"{_site_name(site)}: {found_problem.message}",
+                    f"{_site_name(site)}: {message}",
                     line=_error_line(site, found_problem.line),
                     node=site.node,
                     field=site.field,
-                    hint=found_problem.hint,
+                    hint=hint,
                 )
             if site.field == "prompt" and node.input is not None:
                 self._check_prompt_input(site)
             self._check_references(site, node)
+            self._check_previous(site, node)
+
+    def _scoped_name(self, site: TemplateSite, node: Node, name: str) -> tuple[str, str] | None:
+        """None when ``name`` (``item``, ``index``, ``visit``, ``previous``) is defined in
+        ``site``; otherwise the message and hint saying where it is."""
+        if name in ("item", "index"):
+            # A map node declares `map:` (which may have a problem of its own).
+            if node.map is None and (node.id, "map") not in self.field_lines:
+                return (f"`{name}` is only defined in a map node's templates",
+                        f"add `map:` to run {node.id} once per item, e.g. {_MAP_EXAMPLE}")
+            root = site.field.split(".", 1)[0].split("[", 1)[0]
+            if root in ("input", "prompt"):
+                return None
+            return (f"`{name}` is only defined in a map node's input and prompt (one item "
+                    "at a time)", "the map template renders the whole list; guards read "
+                    "the node's output (every item's result)")
+        if not self.acyclic or node.id in self.loop_of:
+            return None  # with a plain cycle, loops are not known: the cycle is reported
+        return (f"`{name}` is only defined in the templates of a loop's nodes",
+                f"{node.id} is in no loop; {_LOOP_HINT}")
+
+    def _check_previous(self, site: TemplateSite, node: Node) -> None:
+        """``previous.<id>`` must name a node of the loop ``node`` is in."""
+        closer = self.loop_of.get(node.id)
+        if closer is None or "previous" not in site.source:
+            return
+        body = self.bodies[closer]
+        back = self.nodes[closer].loop_edge
+        first = back.target if back is not None else body[0]
+        code = template.normalize(_source_of(site))
+        for found in _PREVIOUS.finditer(code):
+            ref = found.group(1) or found.group(3)
+            if ref in body:
+                continue
+            close = did_you_mean(ref, body)
+            self.problem(
+                "bad-reference",
+                f"{site.field}: reads previous.{ref}, but {ref!r} is not a node of the "
+                f"loop from {first} to {closer} ({', '.join(body)})",
+                line=_error_line(site, code.count("\n", 0, found.start()) + 1),
+                node=node.id,
+                field=site.field,
+                hint=f"{close + ' ' if close else ''}previous.<id> is the output of a node "
+                "of this loop in the previous visit; read other nodes as nodes.<id>.output",
+            )
+
+    def check_maps(self) -> None:
+        """A map template that reads nothing renders the same list every time: render it
+        now, and refuse what is not a list."""
+        for node in self.nodes.values():
+            if node.map is None or node.type not in NODE_TYPES:
+                continue
+            try:
+                if template.names_read(node.map):
+                    continue
+                value = template.render(node.map, {})
+            except TemplateError as exc:
+                if _compiles(node.map):
+                    self.problem(
+                        "bad-value", f"map of {node.id} does not render: {exc}",
+                        line=self.line_of(node, "map"), node=node.id, field="map",
+                        hint=f"map renders the list the node runs over, e.g. {_MAP_EXAMPLE}",
+                    )
+                continue
+            if not isinstance(value, list):
+                self.problem(
+                    "bad-value", f"map of {node.id} renders {_value_kind(value)}, not a list",
+                    line=self.line_of(node, "map"), node=node.id, field="map",
+                    hint=f"map renders the list the node runs over, e.g. {_MAP_EXAMPLE}",
+                )
 
     def _check_prompt_input(self, site: TemplateSite) -> None:
         """Refuse ``input`` in the prompt of a node that declares ``input:``.
@@ -495,6 +712,26 @@ class _Checker:
                     )
 
 
+def _compiles(source: str) -> bool:
+    """Whether ``source`` compiles (else ``check_templates`` has reported it)."""
+    try:
+        template.compile_template(source)
+    except TemplateError:
+        return False
+    return True
+
+
+def _value_kind(value: Any) -> str:
+    """What a rendered value is, in the document's words."""
+    if value is None:
+        return "null"
+    for types, word in ((bool, "a boolean"), (int | float, "a number"), (str, "a string"),
+                        (Mapping, "a mapping")):
+        if isinstance(value, types):
+            return word
+    return f"a {type(value).__name__}"
+
+
 def check_dag(
     nodes: Mapping[str, Node],
     *,
@@ -524,9 +761,11 @@ def check_dag(
     )
     checker.check_targets()
     checker.check_cycles()
+    checker.check_loops()
     checker.check_reachable()
     checker.check_condition_inputs()
     checker.check_names()
     checker.check_templates()
+    checker.check_maps()
     checker.check_edges()
     return checker.problems

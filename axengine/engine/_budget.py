@@ -21,6 +21,12 @@ reason that has nothing to do with its work. The bound is worked out from the ru
 - **retry** resets the node and its descendants, and re-opens every cancelled node of a
   cancelled task (``retried`` plus at most one event per node): ``2N + 3``.
 
+A map node adds the items it runs at once (``max_concurrency``): the transaction that
+expands it starts that many (a snapshot and a ``ready`` event each), and one that fails
+or cancels it cancels as many (an event more each): ``3C + 1`` per map. A bounded loop
+adds its body once: the transaction that goes round keeps every body node's visit
+(a snapshot each, beside the reset it is counted for) and writes a ``looped`` event.
+
 Claims, heartbeats and progress touch one node. Compares (one per snapshot written or
 read from the engine's cache, the task record, the ramps read and the idempotency key)
 stay within ``N`` plus a few, and etcd limits each of compares, success and failure
@@ -35,6 +41,7 @@ a transition carries depend on the task input, so only ops are refused up front.
 from __future__ import annotations
 
 from axengine.dag import Dag
+from axengine.engine._expand import concurrency
 from axengine.errors import DagError, DagProblem
 
 __all__ = ["TXN_FIXED_OPS", "fit_problem", "require_fit", "txn_bytes_estimate", "txn_ops_bound"]
@@ -56,7 +63,10 @@ def txn_ops_bound(dag: Dag, *, labels: int = 0) -> int:
         dag: The DAG.
         labels: Labels of the task (one index entry each; 0 when validating a DAG).
     """
-    return 2 * len(dag.nodes) + TXN_FIXED_OPS + labels
+    maps = sum(3 * concurrency(node) + 1 for node in dag.nodes.values()
+               if node.map is not None)
+    loops = sum(len(body) + 1 for body in dag.loops.values())
+    return 2 * len(dag.nodes) + maps + loops + TXN_FIXED_OPS + labels
 
 
 def txn_bytes_estimate(dag: Dag) -> int:
@@ -76,9 +86,12 @@ def fit_problem(dag: Dag, max_txn_ops: int | None, *, file: str = "<dag>",
     if needed <= max_txn_ops:
         return None
     most = max((max_txn_ops - TXN_FIXED_OPS - labels) // 2, 0)
+    maps = [n.id for n in dag.nodes.values() if n.map is not None]
+    dynamic = (f" (with the items of map {', '.join(maps)} that run at once; lower "
+               "max_concurrency to need fewer)" if maps else "")
     return DagProblem(
-        f"{len(dag.nodes)} nodes need up to {needed} operations in one store transaction "
-        f"(about {txn_bytes_estimate(dag) // 1024} KiB); the store takes {max_txn_ops} "
+        f"{len(dag.nodes)} nodes{dynamic} need up to {needed} operations in one store "
+        f"transaction (about {txn_bytes_estimate(dag) // 1024} KiB); the store takes {max_txn_ops} "
         f"(at most {most} nodes fit)",
         file, 0, code="too-large",
         hint=f"raise etcd's --max-txn-ops to at least {needed} and pass the same value "

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from axengine.dag import Dag
+from axengine.dag import Dag, base_id
 from axengine.engine import _rules as rules
 from axengine.engine._ramp import dependency_of
 from axengine.engine._reads import _event_id
@@ -129,19 +129,22 @@ def plan_fork(dag: Dag, source: TaskRecord, snapshots: Mapping[str, Snapshot],
             dag.hash, task_input if source.input_ref is not None else source.input, labels,
             source.priority, span]),
     )
+    rerun = {from_node, *rules._descendants(dag, from_node)}
+    # The items and kept loop visits of the nodes the fork runs again are not its
+    # history: they are made again as those nodes run.
     view = View(dag=dag, task=task, task_rev=0,
-                snaps={n: replace(s, task_id=fork_id) for n, s in snapshots.items()},
+                snaps={n: replace(s, task_id=fork_id) for n, s in snapshots.items()
+                       if n == base_id(n) or base_id(n) not in rerun},
                 outputs=dict(outputs or {}), inputs=dict(inputs or {}),
                 task_input=task_input, task_input_loaded=True)
-    rerun = {from_node, *rules._descendants(dag, from_node)}
     forked = Event(task_id=fork_id, event_id=ids(), kind="forked", at=now, node_id=from_node,
                    actor=by, detail=f"forked from {source.task_id} at {from_node} by {by}"
                    + (" with its output set" if setting else ""))
     # The source's status changes (``task_succeeded``...) are not the fork's history.
     shared = [replace(e, task_id=fork_id, seq=0) for e in events
-              if e.node_id not in rerun and not e.kind.startswith("task_")]
-    plan = _decided(lambda: rules.plan_retry(view, from_node, input_override=None, now=now,
-                                             ids=ids, by=by))
+              if base_id(e.node_id) not in rerun and not e.kind.startswith("task_")]
+    plan = _decided(view, lambda: rules.plan_retry(view, from_node, input_override=None,
+                                                   now=now, ids=ids, by=by))
     # The retry's own event says "retried"; in a fork, ``forked`` tells that story.
     plan_events = [e for e in plan.events if e.kind != "retried"]
     view.snaps.update(plan.writes)
@@ -160,7 +163,7 @@ def plan_fork(dag: Dag, source: TaskRecord, snapshots: Mapping[str, Snapshot],
         if dependency is not None:
             view.ramps[dependency] = None
         view.run_durations[from_node] = []
-        done = _decided(lambda: rules.plan_complete(
+        done = _decided(view, lambda: rules.plan_complete(
             view, from_node, fence=held.fence, outcome=Success(output), now=now, ids=ids,
             config=config or rules.RuleConfig()))
         written = done.writes.get(from_node)
@@ -171,7 +174,7 @@ def plan_fork(dag: Dag, source: TaskRecord, snapshots: Mapping[str, Snapshot],
         view.snaps.update(done.writes)
         plan_events += done.events
         enqueue += done.enqueue
-    ordered = [view.snaps[n] for n in dag.nodes]
+    ordered = [view.snaps[n] for n in dag.in_order(view.snaps)]
     return Fork(task=task, snapshots=ordered, events=[*shared, forked, *plan_events],
                 enqueue=enqueue)
 
@@ -201,16 +204,23 @@ async def fork_task(engine: Engine, task_id: str, from_node: str, *, output: Any
                      inputs=inputs, task_input=task_input, config=engine.config.rules)
     new_id = await engine.restore_task(dag, fork.task, fork.snapshots, fork.events)
     for node_id, delay in fork.enqueue:
-        await engine.queue.enqueue([WorkItem(new_id, node_id, dag.nodes[node_id].lane,
+        await engine.queue.enqueue([WorkItem(new_id, node_id, dag.node(node_id).lane,
                                              priority=fork.task.priority)], delay=delay)
     return new_id
 
 
-def _decided(rule: Callable[[], rules.Plan]) -> rules.Plan:
-    try:
-        return rule()
-    except Need as need:  # every snapshot, output and input is in the view
-        raise AssertionError(f"fork view is missing state: {vars(need)}") from None
+def _decided(view: View, rule: Callable[[], rules.Plan]) -> rules.Plan:
+    while True:
+        try:
+            return rule()
+        except Need as need:
+            # Every snapshot, output and input is in the view, but for the items of a
+            # map and the visits of a loop the fork makes anew.
+            fresh = [n for n in need.nodes if n != base_id(n)]
+            if not fresh or len(fresh) != len(need.nodes) or need.outputs or need.inputs:
+                raise AssertionError(f"fork view is missing state: {vars(need)}") from None
+            for nid in fresh:
+                view.snaps[nid] = Snapshot(task_id=view.task.task_id, node_id=nid)
 
 
 def _ids(now: float) -> Callable[[], str]:

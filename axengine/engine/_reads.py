@@ -222,7 +222,8 @@ class EngineReads:
             revision = max(revision, kv.mod_revision)
         if resolve_blobs and task.input_ref is not None:
             task = replace(task, input=await self.blob_json(task.input_ref))
-        ordered = {nid: snaps[nid] for nid in dag.nodes if nid in snaps}
+        # A map's items and a loop's kept visits follow their node.
+        ordered = {nid: snaps[nid] for nid in dag.in_order(snaps)}
         return TaskView(task=task, dag=dag, snapshots=ordered, revision=revision)
 
     # ------------------------------------------------------------------ listings

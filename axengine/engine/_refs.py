@@ -14,7 +14,7 @@ from axengine import template
 from axengine.dag import Node
 from axengine.errors import TemplateError
 
-__all__ = ["expression_refs", "guard_refs", "named", "param_refs"]
+__all__ = ["expression_refs", "guard_refs", "map_refs", "named", "param_refs"]
 
 
 def named(which: str, render: Callable[[Any, Mapping[str, Any]], Any], source: Any,
@@ -78,3 +78,8 @@ def expression_refs(node: Node) -> frozenset[str] | None:
         return _refs_of(expression)
     # The if/elif/else form is not a template: load every node only when it needs them.
     return None if "nodes" in expression else frozenset()
+
+
+def map_refs(node: Node) -> frozenset[str] | None:
+    """The nodes a map node's ``map`` template reads."""
+    return _union_refs([node.map] if node.map is not None else [])

@@ -16,7 +16,7 @@ from dataclasses import replace
 
 from axengine.dag import Dag
 from axengine.engine._rules import DECIDED_STATES, category, derive_status
-from axengine.records import NodeState, Snapshot, TaskRecord, TaskStatus
+from axengine.records import MAP_OWNER, NodeState, Snapshot, TaskRecord, TaskStatus
 
 __all__ = ["restored"]
 
@@ -41,12 +41,15 @@ def restored(dag: Dag, task: TaskRecord,
     out: list[Snapshot] = []
     counts: dict[str, int] = {}
     for snap in snaps.values():
-        if snap.state is NodeState.RUNNING:
-            # The recorded owner is gone: void its lease as the reconciler would.
+        if snap.state is NodeState.RUNNING and snap.owner != MAP_OWNER:
+            # The recorded owner is gone: void its lease as the reconciler would (a map
+            # node is held by its items, not by a worker).
             snap = replace(snap, state=NodeState.WAITING, fence=snap.fence + 1, owner="",
                            lease_until=0.0, not_before=0.0)
-        cat = category(dag.nodes[snap.node_id], snap)
-        counts[cat] = counts.get(cat, 0) + 1
         out.append(snap)
+        if "#" in snap.node_id:
+            continue  # a loop's kept visit: not counted (as the engine counts)
+        cat = category(dag.node(snap.node_id), snap)
+        counts[cat] = counts.get(cat, 0) + 1
     status = derive_status(counts, task.status is TaskStatus.CANCELLED)
     return replace(task, counts=dict(sorted(counts.items())), status=status), out

@@ -25,7 +25,7 @@ from axengine import template, timeouts
 from axengine.activity import Activity
 from axengine.blocking import BlockingPolicy, Verdict
 from axengine.dag import Dag, Node
-from axengine.engine import _stall
+from axengine.engine import _expand, _stall
 from axengine.engine._ramp import Ramp, Waiter, dependency_of
 from axengine.engine._refs import expression_refs, guard_refs, named, param_refs
 from axengine.engine._view import View
@@ -33,6 +33,7 @@ from axengine.errors import Conflict, Forbidden, InputError, TemplateError
 from axengine.limits import canonical_json
 from axengine.records import (
     FINAL_STATES,
+    MAP_OWNER,
     NO_EDITS,
     Event,
     NextHop,
@@ -161,7 +162,8 @@ def category(node: Node, snap: Snapshot) -> str:
     FAILED_UNROUTED (failed with no ``on_failure``) or the state's own name."""
     if snap.state in (NodeState.WAITING, NodeState.RUNNING):
         return "ACTIVE"
-    if snap.state is NodeState.FAILED and not node.on_failure:
+    if snap.state is NodeState.FAILED and not node.on_failure and "[" not in snap.node_id:
+        # (A map's item that failed is decided by its map node, which counts.)
         return "FAILED_UNROUTED"
     return snap.state.value
 
@@ -222,8 +224,11 @@ class _Builder:
 
     # ------------------------------------------------------------- templates
 
-    def context(self, refs: frozenset[str] | None,
-                output: Any = template.MISSING) -> dict[str, Any]:
+    def context(self, refs: frozenset[str] | None, output: Any = template.MISSING, *,
+                node: Node | None = None) -> dict[str, Any]:
+        """The names templates of ``node`` read: the task input, the outputs of the
+        nodes in ``refs`` (None: every node), task facts, ``output`` for guards, and
+        in a loop's body ``visit`` and ``previous``."""
         node_ids: Iterable[str] = self.view.dag.nodes if refs is None else sorted(refs)
         if refs is None:
             self.view.require(self.view.dag.nodes)
@@ -236,12 +241,15 @@ class _Builder:
             else:
                 outputs[nid] = None
         task = self.view.task
-        return template.template_context(
+        names = template.template_context(
             input=self.view.input(),
             nodes=outputs,
             task={"id": task.task_id, "labels": dict(task.labels), "dag": task.dag_name},
             output=output,
         )
+        if node is not None:
+            names.update(_expand.loop_names(self, node))
+        return names
 
     # ------------------------------------------------------------- edges
 
@@ -255,7 +263,7 @@ class _Builder:
                 hit = label == edge.when
             elif edge.condition is not None:
                 if ctx is None:
-                    ctx = self.context(guard_refs(node), output)
+                    ctx = self.context(guard_refs(node), output, node=node)
                 hit = template.evaluate_guard(edge.condition, ctx)
             else:
                 hit = True
@@ -283,6 +291,11 @@ class _Builder:
             is_decided, nid = work.pop(0)
             node = dag.nodes[nid]
             if is_decided:
+                if node.loop_edge is not None and _expand.loop_again(self, node):
+                    # The body was reset for its next visit: its first node runs again,
+                    # and the loop's exits wait for the visit that leaves it.
+                    work.append((False, node.loop_edge.target))
+                    continue
                 hops = {h.target_node_id: h.is_taken for h in self.snap(nid).next_hops}
                 # One load for every target: a 1,000-wide fan-out is one read, not 1,000.
                 self.view.require(t for t in node.targets if t not in self.plan.writes)
@@ -316,9 +329,11 @@ class _Builder:
         snap = self.snap(node.id)
         if node.type == "condition":
             return self._run_condition(node, snap)
+        if node.map is not None:
+            return _expand.ready_map(self, node, snap)
         try:
-            params = self._render_params(node)
-        except TemplateError as exc:  # named by _render_params: input, prompt, description
+            params = self.render_params(node)
+        except TemplateError as exc:  # named by render_params: input, prompt, description
             return self.failure(node, snap, str(exc), retryable=False)
         snap = replace(
             snap, input=params, input_ref=None,
@@ -339,9 +354,14 @@ class _Builder:
         self.plan.enqueue.append((node.id, 0.0))
         return []
 
-    def _render_params(self, node: Node) -> dict[str, Any]:
+    def render_params(self, node: Node, item: Mapping[str, Any] | None = None
+                      ) -> dict[str, Any]:
+        """The node's rendered input (and prompt, and a gate's description); ``item``:
+        a map item's ``item`` and ``index``."""
         refs = param_refs(node)
-        ctx = self.context(refs)
+        ctx = self.context(refs, node=node)
+        if item is not None:
+            ctx.update(item)
         params: dict[str, Any] = {"input": named("input template", template.render_value,
                                                   node.input, ctx)}
         # `input` is the task input in every template; a prompt and a gate's description
@@ -369,8 +389,8 @@ class _Builder:
             output = self.output_of(upstream[0]) if upstream else None
             if node.input is not None:
                 output = named("input template", template.render_value, node.input,
-                                self.context(param_refs(node)))
-            ctx = self.context(expression_refs(node), output)
+                                self.context(param_refs(node), node=node))
+            ctx = self.context(expression_refs(node), output, node=node)
             label = named("expression", template.evaluate_expression, node.expression, ctx)
         except TemplateError as exc:
             return self.failure(node, snap, str(exc), retryable=False)
@@ -403,6 +423,12 @@ class _Builder:
         caller to settle: :meth:`ready` (inside :meth:`settle`) or :meth:`fail`."""
         ended = replace(snap, error=message, error_retryable=retryable,
                         finished_at=self.now, owner="", lease_until=0.0)
+        if "[" in snap.node_id:
+            # A map's item: FAILED for good, and its map node decides what that means.
+            out = replace(ended, state=NodeState.FAILED)
+            self.write(out)
+            self.event("failed", out, message)
+            return _expand.item_ended(self, node, out, error=message, dead=dead)
         if node.on_failure:
             hops = tuple(NextHop(t, t == node.on_failure) for t in node.targets)
             out = replace(ended, state=NodeState.FAILED, next_hops=hops)
@@ -465,9 +491,11 @@ def plan_claim(view: View, node_id: str, *, worker: str, lease: float, now: floa
     ``fence += 1`` and ``attempt += 1``; past the deadline, ``queue_timeout`` or attempt
     budget → ``dead`` (nothing to run): DEAD, or FAILED and routed by ``on_failure``."""
     b = _builder(view, now, ids, worker)
-    node = view.dag.nodes[node_id]
+    node = view.dag.node(node_id)
     snap = view.snap(node_id)
     task = view.task
+    if snap.owner == MAP_OWNER:
+        return Plan("not-claimable", detail=("map", 0.0))  # its items run, not the node
     if snap.state is NodeState.WAITING:
         if now < snap.not_before:
             return Plan("not-claimable", detail=("backoff", snap.not_before - now))
@@ -552,7 +580,7 @@ def _claim_next(b: _Builder, ask: NextClaim) -> None:
     changes, so a plan that claims nothing is the plain completion."""
     view = b.view
     for index, (nid, delay) in enumerate(b.plan.enqueue):
-        node = view.dag.nodes[nid]
+        node = view.dag.node(nid)
         if delay > 0 or node.lane not in ask.lanes:
             continue
         snap = b.snap(nid)
@@ -727,7 +755,7 @@ def plan_complete(view: View, node_id: str, *, fence: int, outcome: Outcome, now
     With ``claim_next``, a success also claims one node it readies for the same worker
     (:func:`_claim_next`): ``plan.detail`` is then that node's claimed snapshot."""
     snap = view.snap(node_id)
-    node = view.dag.nodes[node_id]
+    node = view.dag.node(node_id)
     if snap.state is NodeState.SUCCEEDED and isinstance(outcome, Success):
         same = snap.fence == fence and snap.output_sha256 == sha256_json(outcome.output)
         return Plan("already-done" if same else "stale")
@@ -737,6 +765,19 @@ def plan_complete(view: View, node_id: str, *, fence: int, outcome: Outcome, now
     ramped = _ramp_after(view, node, outcome, now, config)
     if ramped is not None:
         b.plan.ramps[ramped[0]] = ramped[1]
+    if isinstance(outcome, Success) and "[" in node_id:
+        # A map's item: its map node decides the edges once every item ended.
+        done = replace(
+            snap, state=NodeState.SUCCEEDED, output=outcome.output, output_ref=None,
+            output_sha256=sha256_json(outcome.output), finished_at=now, lease_until=0.0,
+            error="", evidence="",
+        )
+        b.write(done)
+        b.event("committed", done)
+        b.settle(decided=_expand.item_ended(b, node, done))
+        if claim_next is not None:
+            _claim_next(b, claim_next)
+        return b.plan
     if isinstance(outcome, Success):
         try:
             hops = b.decide_edges(node, outcome.output)
@@ -985,14 +1026,20 @@ def plan_expire(view: View, node_id: str, *, now: float, ids: EventIds,
     ``on_failure``), and time out gates with their default route.
     ``owner_dead``: the owner process is known to be gone, its lease is void."""
     b = _builder(view, now, ids, "reconciler")
-    node = view.dag.nodes[node_id]
+    node = view.dag.node(node_id)
     snap = view.snap(node_id)
     task = view.task
     if snap.state in FINAL_STATES or snap.state is NodeState.PENDING:
         return Plan("ok")
     if task.deadline and now >= deadline_at(task, now):
-        b.fail(node, snap, "task deadline passed", retryable=False, dead=True)
+        if _expand.is_map_parent(snap):
+            b.settle(decided=_expand.fail_map(b, node, snap, "task deadline passed",
+                                              dead=True))
+        else:
+            b.fail(node, snap, "task deadline passed", retryable=False, dead=True)
         return b.plan
+    if _expand.is_map_parent(snap):
+        return Plan("ok")  # its items hold the leases
     if (snap.state is NodeState.PAUSED and node.type != "human_gateway" and snap.gate_until
             and now >= snap.gate_until):
         _resumed(b, snap, None, f"resumed: its pause until {utc(snap.gate_until)} is over")
@@ -1037,11 +1084,14 @@ def plan_cancel(view: View, *, now: float, ids: EventIds, by: str) -> Plan:
         return Plan("already-done")
     for nid in view.dag.nodes:
         snap = view.snap(nid)
-        if snap.state not in FINAL_STATES:
-            out = replace(snap, state=NodeState.CANCELLED, owner="", lease_until=0.0,
-                          finished_at=now, fence=snap.fence + 1)
-            b.write(out)
-            b.event("cancelled", out, f"cancelled by {by}")
+        instances = _expand.started_items(b, snap) if _expand.is_map_parent(snap) else []
+        for iid in [nid, *instances]:
+            snap = view.snap(iid)
+            if snap.state not in FINAL_STATES:
+                out = replace(snap, state=NodeState.CANCELLED, owner="", lease_until=0.0,
+                              finished_at=now, fence=snap.fence + 1)
+                b.write(out)
+                b.event("cancelled", out, f"cancelled by {by}")
     b.plan.task = replace(view.task, status=TaskStatus.CANCELLED)
     return b.plan
 
@@ -1077,6 +1127,13 @@ def plan_retry(view: View, from_node: str, *, input_override: Any, now: float,
                                               if view.snap(n).state is not NodeState.PENDING})
     for nid in reset:
         b.write(_reset(view.snap(nid)))
+    for body in dag.loops.values():
+        if from_node not in body:
+            # Run again from before the loop: its visits count from the first again
+            # (the snapshots kept of earlier visits are overwritten as it goes round).
+            for nid in body:
+                if nid in b.plan.writes:
+                    b.write(replace(b.snap(nid), visit=0))
     # Recount the join bookkeeping of every reset node from its predecessors' decisions.
     for nid in sorted({from_node, *cancelled} | descendants):
         left, reached = 0, False
@@ -1095,6 +1152,9 @@ def plan_retry(view: View, from_node: str, *, input_override: Any, now: float,
         node = dag.nodes[from_node]
         if node.type in INLINE_TYPES:
             raise InputError("--input applies to tool_call and llm_call nodes only")
+        if node.map is not None:
+            raise InputError(f"--input does not apply to map node {from_node!r}: its items "
+                             "are rendered from the map's list; retry it without --input")
         params = {"input": input_override}
         s = replace(b.snap(from_node), input=params,
                     input_revision=sha256_json([snap.task_id, from_node, params]),
@@ -1116,7 +1176,7 @@ def _reset(snap: Snapshot) -> Snapshot:
     # The fence only ever grows, so a worker of the old run can never commit. The
     # checkpoint stays: a retried node resumes from what its last run saved.
     return Snapshot(task_id=snap.task_id, node_id=snap.node_id, fence=snap.fence + 1,
-                    checkpoint=snap.checkpoint)
+                    checkpoint=snap.checkpoint, visit=snap.visit)
 
 
 def _descendants(dag: Dag, start: str) -> set[str]:

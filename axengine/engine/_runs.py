@@ -21,7 +21,8 @@ __all__ = ["ClaimResult", "Completed", "claimed"]
 
 #: Fields of a node that are not part of what its handler runs on: edges are the
 #: engine's, the input template is replaced by the rendered input.
-_NOT_CONFIG = frozenset({"next", "input"})
+_NOT_CONFIG = frozenset({"next", "input", "map", "max_concurrency", "max_items",
+                         "on_item_failure"})
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,7 @@ def claimed(task: TaskRecord, node: Node, snap: Snapshot, params: Mapping[str, A
     if "prompt" in params:
         config["prompt"] = params["prompt"]
     request = NodeRequest(
-        task_id=task.task_id, node_id=node.id, node_type=node.type, attempt=snap.attempt,
+        task_id=task.task_id, node_id=snap.node_id, node_type=node.type, attempt=snap.attempt,
         fence=snap.fence, config=config, input=params.get("input"),
         labels=dict(task.labels), input_revision=snap.input_revision,
         checkpoint=snap.checkpoint, resume=snap.resume,

@@ -33,11 +33,12 @@ from axengine import codec, faults
 from axengine.activity import Activity
 from axengine.blobs import DEFAULT_THRESHOLD, DirBlobStore
 from axengine.config import DEFAULT_PREFIX
-from axengine.dag import Dag, Node, check_task_input
+from axengine.dag import Dag, Node, base_id, check_task_input
 from axengine.engine import _effects as effects
 from axengine.engine import _rules as rules
 from axengine.engine._budget import require_fit
 from axengine.engine._cache import RecordCache
+from axengine.engine._expand import parent_of
 from axengine.engine._index import index_writes
 from axengine.engine._ramp import decode_ramp, dependency_of, encode_ramp
 from axengine.engine._reads import EngineReads, TaskView, _event_id
@@ -181,13 +182,19 @@ class Engine(EngineReads):
                     view.cached.add(nid)
             # The ramps of these nodes' dependencies come in the same read: a claim or
             # an outcome asks for them next, and one round trip is cheaper than two.
-            deps = {d for n in need.nodes if (d := dependency_of(view.dag.nodes[n]))
+            deps = {d for n in need.nodes if (d := dependency_of(view.dag.node(n)))
                     and d not in view.ramps}
             ramp_keys = self._cached_ramps(view, deps - ramps)
             found = (await self._store.get_many([*keys, *ramp_keys]) if keys or ramp_keys
                      else {})
             for key, nid in keys.items():
                 kv = found.get(key)
+                if kv is None and nid != base_id(nid):
+                    # A map's item not started yet, or a loop's visit not kept yet: the
+                    # rule sees a fresh PENDING snapshot, written under "absent".
+                    view.snaps[nid] = Snapshot(task_id=view.task.task_id, node_id=nid)
+                    view.revs[nid] = 0
+                    continue
                 if kv is None:
                     raise StoreError(f"snapshot {key} is missing")
                 view.snaps[nid] = snap = codec.decode_snapshot(kv.value)
@@ -268,7 +275,7 @@ class Engine(EngineReads):
             for nid in preload:
                 # A caller naming a node the DAG does not have is a bad request, not a
                 # missing snapshot in the store.
-                if nid not in view.dag.nodes:
+                if view.dag.get_node(nid) is None:
                     raise NotFound(f"task {task_id!r} has no node {nid!r}")
             if prefetch is not None:
                 ahead = prefetch(view.dag)
@@ -317,7 +324,9 @@ class Engine(EngineReads):
         counts = dict(view.task.counts)
         changed = plan.task is not None
         for nid, new in plan.writes.items():
-            node = view.dag.nodes[nid]
+            if "#" in nid:
+                continue  # a loop's kept visit: history, not work of the task
+            node = view.dag.node(nid)
             old = view.snaps.get(nid) if view.revs.get(nid) else None
             before = rules.category(node, old) if old is not None else None
             after = rules.category(node, new)
@@ -407,7 +416,7 @@ class Engine(EngineReads):
     async def _after_commit(self, view: View, plan: rules.Plan) -> None:
         if plan.enqueue:
             dag = view.dag
-            now_items = [WorkItem(view.task.task_id, n, dag.nodes[n].lane,
+            now_items = [WorkItem(view.task.task_id, n, dag.node(n).lane,
                                   priority=view.task.priority)
                          for n, delay in plan.enqueue if delay <= 0]
             if now_items:
@@ -415,7 +424,7 @@ class Engine(EngineReads):
             for n, delay in plan.enqueue:
                 if delay > 0:
                     await self.queue.enqueue(
-                        [WorkItem(view.task.task_id, n, dag.nodes[n].lane,
+                        [WorkItem(view.task.task_id, n, dag.node(n).lane,
                                   priority=view.task.priority)], delay=delay)
             faults.point("after-enqueue")
         task = plan.task or view.task
@@ -475,7 +484,13 @@ class Engine(EngineReads):
         for nid in dag.nodes:
             view.snaps[nid] = Snapshot(task_id=task_id, node_id=nid, last_updated=now,
                                        preds_left=len(preds[nid]))
-        plan = rules.plan_submit(view, now=now, ids=self._ids())
+        while isinstance(decided := self._decide(view, lambda v: rules.plan_submit(
+                v, now=now, ids=self._ids())), Need):
+            # Only a map at an entry asks for more: its items, which a new task has not.
+            for nid in decided.nodes:
+                view.snaps[nid] = Snapshot(task_id=task_id, node_id=nid)
+                view.revs[nid] = 0
+        plan = decided
         compares: list[Compare] = []
         extra: list[Op] = []
         failure: list[Op] = []
@@ -518,7 +533,7 @@ class Engine(EngineReads):
             preload=(node_id,))
         if plan.result == "claimed":
             snap: Snapshot = plan.detail
-            return await self._claimed(view.task, view.dag.nodes[node_id], snap)
+            return await self._claimed(view.task, view.dag.node(node_id), snap)
         if plan.result == "dead":
             return ClaimResult("dead", reason="deadline or attempt budget")
         reason, retry_after = plan.detail or ("", 0.0)
@@ -537,7 +552,7 @@ class Engine(EngineReads):
         """
         task, _ = await self._load_task(task_id)
         dag = await self.get_dag(task.dag_hash)
-        node = dag.nodes.get(node_id)
+        node = dag.get_node(node_id)
         snap = await self.snapshot(task_id, node_id) if node is not None else None
         if node is None or snap is None:
             raise NotFound(f"task {task_id!r} has no node {node_id!r}")
@@ -605,7 +620,11 @@ class Engine(EngineReads):
     async def _complete(self, task_id: str, node_id: str, fence: int, outcome: Outcome,
                         ask: rules.NextClaim | None) -> Completed:
         def ahead(dag: Dag) -> Need:
-            # A success settles the node's targets: read them with the node itself.
+            # A success settles the node's targets: read them with the node itself (a
+            # map's item counts off on its map node).
+            item = parent_of(node_id)
+            if item is not None:
+                return Need(nodes=(item[0],) if item[0] in dag.nodes else ())
             return Need(nodes=dag.nodes[node_id].targets if node_id in dag.nodes else ())
 
         plan, view = await self._apply(task_id, lambda v: rules.plan_complete(
@@ -615,7 +634,7 @@ class Engine(EngineReads):
         if isinstance(plan.detail, Snapshot):
             snap: Snapshot = plan.detail
             task = plan.task or view.task
-            following = await self._claimed(task, view.dag.nodes[snap.node_id], snap)
+            following = await self._claimed(task, view.dag.node(snap.node_id), snap)
         return Completed(plan.result, plan.writes.get(node_id), following)
 
     async def decide(self, task_id: str, node_id: str, *, decision: str, by: str,

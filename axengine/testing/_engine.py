@@ -40,7 +40,7 @@ from axengine.errors import InputError
 from axengine.fixtures import restore_task
 from axengine.local import LocalSession, load_any_dag
 from axengine.process import default_handler
-from axengine.records import NO_EDITS
+from axengine.records import MAP_OWNER, NO_EDITS
 from axengine.testing._replay import DagLike, FixtureLike, Replay, replay
 from axengine.testing._stubs import (
     StubBook,
@@ -170,7 +170,7 @@ def _next_due(view: TaskView, now: float, until: float | None) -> float | None:
     the test lets time pass (a gate's wait ends) — strictly after ``now``."""
     times: list[float] = []
     for node_id, snap in view.snapshots.items():
-        node_type = view.dag.nodes[node_id].type
+        node_type = view.dag.node(node_id).type
         if snap.state is NodeState.WAITING and snap.not_before > now:
             times.append(snap.not_before)
         elif snap.gate_until > now and (
@@ -442,8 +442,9 @@ class AsyncAxTestEngine:
             if await self._decide_waiting(view):
                 continue
             now = self.clock.time()
+            # (A map node is RUNNING while its items are: they say whether it is busy.)
             busy = sorted(n for n, s in view.snapshots.items()
-                          if s.state is NodeState.RUNNING
+                          if (s.state is NodeState.RUNNING and s.owner != MAP_OWNER)
                           or (s.state is NodeState.WAITING and s.not_before <= now))
             if busy and not view.task.status.final:
                 left = give_up - loop.time()

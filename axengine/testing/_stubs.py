@@ -225,14 +225,15 @@ class StubBook:
             self.requests.append(request)
             n = self._counts.get(request.node_id, 0)
             self._counts[request.node_id] = n + 1
-        node = self.dag.nodes[request.node_id]
-        if request.node_id in self._answers:
-            return self._outcome(self._answers[request.node_id], request, node, n)
-        if request.node_id in self._real and self.real_handler is not None:
+        # A map's items (node[3]) answer as their node; each counts its own calls.
+        node = self.dag.node(request.node_id)
+        if node.id in self._answers:
+            return self._outcome(self._answers[node.id], request, node, n)
+        if node.id in self._real and self.real_handler is not None:
             return self.real_handler()(request, ctx)
         with self._lock:
-            if request.node_id not in self.unstubbed:
-                self.unstubbed.append(request.node_id)
+            if node.id not in self.unstubbed:
+                self.unstubbed.append(node.id)
         return Failure(unstubbed_message(node), retryable=False)
 
     def _outcome(self, answer: Any, request: NodeRequest, node: Node, n: int) -> Outcome:

@@ -130,7 +130,7 @@ class Activity(_message.Message):
     def __init__(self, seconds: _Optional[float] = ..., cpu_seconds: _Optional[float] = ..., io_bytes: _Optional[int] = ..., net_bytes: _Optional[int] = ..., source: _Optional[str] = ...) -> None: ...
 
 class TaskSnapshot(_message.Message):
-    __slots__ = ("task_id", "node_id", "status", "retry_count", "last_updated", "input_params", "output_json", "next_hops", "state", "attempt", "fence", "owner", "lease_until", "heartbeat_at", "progress_at", "progress_marker", "input_json", "input_ref", "input_revision", "output_ref", "output_sha256", "error", "error_retryable", "evidence", "ready_at", "not_before", "started_at", "finished_at", "paused_at", "paused_seconds", "gate_until", "decision_json", "last_updated_unix", "preds_left", "reached", "resume_json", "checkpoint_json", "run_seconds", "activity", "activity_at", "stall_verdict", "stall_progress_at", "stall_extended_until", "attempt_timeout")
+    __slots__ = ("task_id", "node_id", "status", "retry_count", "last_updated", "input_params", "output_json", "next_hops", "state", "attempt", "fence", "owner", "lease_until", "heartbeat_at", "progress_at", "progress_marker", "input_json", "input_ref", "input_revision", "output_ref", "output_sha256", "error", "error_retryable", "evidence", "ready_at", "not_before", "started_at", "finished_at", "paused_at", "paused_seconds", "gate_until", "decision_json", "last_updated_unix", "preds_left", "reached", "resume_json", "checkpoint_json", "run_seconds", "activity", "activity_at", "stall_verdict", "stall_progress_at", "stall_extended_until", "attempt_timeout", "items", "items_started", "items_done", "visit")
     class InputParamsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -189,6 +189,10 @@ class TaskSnapshot(_message.Message):
     STALL_PROGRESS_AT_FIELD_NUMBER: _ClassVar[int]
     STALL_EXTENDED_UNTIL_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_TIMEOUT_FIELD_NUMBER: _ClassVar[int]
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    ITEMS_STARTED_FIELD_NUMBER: _ClassVar[int]
+    ITEMS_DONE_FIELD_NUMBER: _ClassVar[int]
+    VISIT_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     node_id: str
     status: str
@@ -233,7 +237,11 @@ class TaskSnapshot(_message.Message):
     stall_progress_at: float
     stall_extended_until: float
     attempt_timeout: float
-    def __init__(self, task_id: _Optional[str] = ..., node_id: _Optional[str] = ..., status: _Optional[str] = ..., retry_count: _Optional[int] = ..., last_updated: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., input_params: _Optional[_Mapping[str, str]] = ..., output_json: _Optional[str] = ..., next_hops: _Optional[_Iterable[_Union[TaskSnapshot.NextHop, _Mapping]]] = ..., state: _Optional[_Union[NodeState, str]] = ..., attempt: _Optional[int] = ..., fence: _Optional[int] = ..., owner: _Optional[str] = ..., lease_until: _Optional[float] = ..., heartbeat_at: _Optional[float] = ..., progress_at: _Optional[float] = ..., progress_marker: _Optional[str] = ..., input_json: _Optional[str] = ..., input_ref: _Optional[_Union[BlobRef, _Mapping]] = ..., input_revision: _Optional[str] = ..., output_ref: _Optional[_Union[BlobRef, _Mapping]] = ..., output_sha256: _Optional[str] = ..., error: _Optional[str] = ..., error_retryable: _Optional[bool] = ..., evidence: _Optional[str] = ..., ready_at: _Optional[float] = ..., not_before: _Optional[float] = ..., started_at: _Optional[float] = ..., finished_at: _Optional[float] = ..., paused_at: _Optional[float] = ..., paused_seconds: _Optional[float] = ..., gate_until: _Optional[float] = ..., decision_json: _Optional[str] = ..., last_updated_unix: _Optional[float] = ..., preds_left: _Optional[int] = ..., reached: _Optional[bool] = ..., resume_json: _Optional[str] = ..., checkpoint_json: _Optional[str] = ..., run_seconds: _Optional[float] = ..., activity: _Optional[_Union[Activity, _Mapping]] = ..., activity_at: _Optional[float] = ..., stall_verdict: _Optional[str] = ..., stall_progress_at: _Optional[float] = ..., stall_extended_until: _Optional[float] = ..., attempt_timeout: _Optional[float] = ...) -> None: ...
+    items: int
+    items_started: int
+    items_done: int
+    visit: int
+    def __init__(self, task_id: _Optional[str] = ..., node_id: _Optional[str] = ..., status: _Optional[str] = ..., retry_count: _Optional[int] = ..., last_updated: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., input_params: _Optional[_Mapping[str, str]] = ..., output_json: _Optional[str] = ..., next_hops: _Optional[_Iterable[_Union[TaskSnapshot.NextHop, _Mapping]]] = ..., state: _Optional[_Union[NodeState, str]] = ..., attempt: _Optional[int] = ..., fence: _Optional[int] = ..., owner: _Optional[str] = ..., lease_until: _Optional[float] = ..., heartbeat_at: _Optional[float] = ..., progress_at: _Optional[float] = ..., progress_marker: _Optional[str] = ..., input_json: _Optional[str] = ..., input_ref: _Optional[_Union[BlobRef, _Mapping]] = ..., input_revision: _Optional[str] = ..., output_ref: _Optional[_Union[BlobRef, _Mapping]] = ..., output_sha256: _Optional[str] = ..., error: _Optional[str] = ..., error_retryable: _Optional[bool] = ..., evidence: _Optional[str] = ..., ready_at: _Optional[float] = ..., not_before: _Optional[float] = ..., started_at: _Optional[float] = ..., finished_at: _Optional[float] = ..., paused_at: _Optional[float] = ..., paused_seconds: _Optional[float] = ..., gate_until: _Optional[float] = ..., decision_json: _Optional[str] = ..., last_updated_unix: _Optional[float] = ..., preds_left: _Optional[int] = ..., reached: _Optional[bool] = ..., resume_json: _Optional[str] = ..., checkpoint_json: _Optional[str] = ..., run_seconds: _Optional[float] = ..., activity: _Optional[_Union[Activity, _Mapping]] = ..., activity_at: _Optional[float] = ..., stall_verdict: _Optional[str] = ..., stall_progress_at: _Optional[float] = ..., stall_extended_until: _Optional[float] = ..., attempt_timeout: _Optional[float] = ..., items: _Optional[int] = ..., items_started: _Optional[int] = ..., items_done: _Optional[int] = ..., visit: _Optional[int] = ...) -> None: ...
 
 class Task(_message.Message):
     __slots__ = ("task_id", "dag_hash", "dag_name", "input_json", "input_ref", "status", "priority", "deadline", "labels", "idempotency_key", "payload_sha256", "counts", "created_at", "updated_at", "finished_at", "submitted_by", "paused_at")
