@@ -87,6 +87,33 @@ def test_financial_dag_completes_through_the_api_and_two_executors(cluster: Topo
     assert workers == {cluster.worker_id(0), cluster.worker_id(1)}
 
 
+def test_a_map_and_a_loop_run_through_the_api_and_two_executors(cluster: Topology) -> None:
+    """dags/report_digest.yaml: a 9-item map whose items the two executors share, and a
+    loop that drafts twice; each item and each visit committed once, under its fence."""
+    from collections import Counter
+
+    with cluster.client() as client:
+        ids = submit_batch(client, REPO / "dags" / "report_digest.yaml", 4, tag="map-loop")
+        results = [client.wait(t, timeout=90) for t in ids]
+        assert [r.status for r in results] == ["SUCCEEDED"] * len(ids)
+        items = [f"summarise_sections[{i}]" for i in range(9)]
+        for result in results:
+            assert [n for n in result.path if "[" not in n] == [
+                "parse_report", "summarise_sections", "draft_digest", "review_digest",
+                "draft_digest", "review_digest", "publish_digest"]
+            assert sorted(n for n in result.path if "[" in n) == sorted(items)
+            assert len(result.outputs["summarise_sections"]) == 9
+            assert result.states["draft_digest#1"] == "SUCCEEDED"
+        found = audit(client, ids, cluster)
+        assert found.fence_violations == []
+        for task_id, result in zip(ids, results, strict=True):
+            commits = Counter({n: c for (t, n), c in found.commits.items() if t == task_id})
+            assert commits == Counter(result.path)
+        workers = {e.actor for t in ids for e in client.events(t)
+                   if e.kind == "claimed" and "[" in e.node_id}
+    assert workers == {cluster.worker_id(0), cluster.worker_id(1)}
+
+
 def test_each_executor_announces_its_worker_id(cluster: Topology) -> None:
     host = os.uname().nodename
     for index, proc in enumerate(cluster.executors):
