@@ -60,7 +60,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, start_wsgi_server
 
 from axengine.dag import base_id
 from axengine.errors import InputError, NotFound
-from axengine.records import MAP_OWNER, Event, NodeState, Snapshot, TaskRecord
+from axengine.records import COMPOSITE_OWNERS, Event, NodeState, Snapshot, TaskRecord
 from axengine.store import Compare, Op, StateStore, StoreWrapper, TxnResult
 from executors.contract import NodeRequest, Success
 from executors.metrics import LLM_REQUEST_SECONDS, MAX_LABEL
@@ -335,7 +335,7 @@ class AxMetrics:
             lanes = await self._node_lanes(engine, task)
             for snap in await engine.snapshots(task.task_id):
                 if snap.state in (NodeState.RUNNING, NodeState.WAITING) \
-                        and snap.owner != MAP_OWNER:  # (a map node: its items count)
+                        and snap.owner not in COMPOSITE_OWNERS:  # (its instances count)
                     states[_NODE_GAUGES[snap.state]] += 1
                 age = waiting_age(snap, now)
                 if age is not None:

@@ -18,9 +18,11 @@ from axengine.activity import Activity
 
 __all__ = [
     "ACTIVE_STATES",
+    "COMPOSITE_OWNERS",
     "FINAL_STATES",
     "MAP_OWNER",
     "NO_EDITS",
+    "SUBDAG_OWNER",
     "BlobRef",
     "Event",
     "NextHop",
@@ -48,6 +50,10 @@ class NodeState(StrEnum):
 
 #: ``owner`` of a map node while its items run: no worker holds it, its items do.
 MAP_OWNER = "ax:map"
+#: ``owner`` of a sub-DAG node while its DAG runs: its nodes hold the leases.
+SUBDAG_OWNER = "ax:dag"
+#: Owners of a RUNNING node no worker holds: a map or a sub-DAG, whose instances run.
+COMPOSITE_OWNERS = frozenset({MAP_OWNER, SUBDAG_OWNER})
 
 #: States in which a node still holds the task open.
 ACTIVE_STATES = frozenset({NodeState.WAITING, NodeState.RUNNING, NodeState.PAUSED})

@@ -286,7 +286,8 @@ class RequestCountMiddleware:
 
     @classmethod
     def _resolve(cls, route: BaseRoute, scope: Scope) -> str:
-        path = str(getattr(route, "path", ""))
+        # (path_format: the template without convertors — {node_id}, not {node_id:path}.)
+        path = str(getattr(route, "path_format", None) or getattr(route, "path", ""))
         if isinstance(route, Mount):
             inner = cls.template(route.routes, scope)  # a static files mount has none
             return path + inner if inner is not None else path or "/"
@@ -632,7 +633,7 @@ def create_app(*, engine: Engine, auth: Authenticator | None, metrics: AxMetrics
                                  headers={"Cache-Control": "no-cache",
                                           "X-Accel-Buffering": "no"})
 
-    @app.post("/v1/tasks/{task_id}/nodes/{node_id}/decision", tags=["gates"],
+    @app.post("/v1/tasks/{task_id}/nodes/{node_id:path}/decision", tags=["gates"],
               response_model=DecisionReply, responses=_ERRORS)
     async def decide(task_id: str, node_id: str, body: DecisionBody,
                      who: Approver) -> Response:
@@ -652,7 +653,7 @@ def create_app(*, engine: Engine, auth: Authenticator | None, metrics: AxMetrics
         snap, node_type = await ops.node_snapshot(engine, task_id, node_id)
         return _json_response(200, {"result": result, "node": ops.node_json(snap, node_type)})
 
-    @app.post("/v1/tasks/{task_id}/nodes/{node_id}/resume", tags=["gates"],
+    @app.post("/v1/tasks/{task_id}/nodes/{node_id:path}/resume", tags=["gates"],
               response_model=ResumeReply, responses=_ERRORS)
     async def resume(task_id: str, node_id: str, who: Approver,
                      body: ResumeBody | None = None) -> Response:

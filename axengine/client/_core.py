@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar
 import httpx
 
 from axengine import wire
+from axengine.client._inline import inline_subdags
 from axengine.errors import ApiUnavailable, AxError, InputError
 from axengine.records import NO_EDITS, Event, TaskRecord, TaskStatus
 from axengine.wire import RunResult
@@ -195,10 +196,15 @@ def _dag_body(dag: DagLike) -> tuple[dict[str, Any], str | None]:
         return {"dag": dag.canonical()}, None
     path = Path(dag)
     try:
-        return {"dag_yaml": path.read_text(encoding="utf-8")}, str(path)
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise InputError(f"cannot read DAG file {path}: {exc.strerror or exc} (pass a path, "
                          "a Dag, a mapping or the YAML text)") from exc
+    # The server reads no file: sub-DAG files (`dag: <path>`) are sent inline.
+    inlined = inline_subdags(text, path)
+    if inlined is not None:
+        return {"dag": inlined}, str(path)
+    return {"dag_yaml": text}, str(path)
 
 
 def _pending_gates(task: Mapping[str, Any], decide: Mapping[str, str],

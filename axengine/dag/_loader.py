@@ -11,6 +11,14 @@ Reading happens in three steps, each collecting problems instead of stopping:
 3. :func:`~axengine.dag._validate.check_dag` checks the whole graph and the templates.
 
 A DAG with any problem raises :class:`~axengine.errors.DagError` listing all of them.
+
+A ``dag`` node's ``dag:`` is its sub-DAG: a document inline (a mapping, loaded as a DAG
+of its own, problems in the parent's file with node ids ``{dag node}/{child id}``) or
+the path of a file, relative to the directory of the file that names it. Files are read
+only when the DAG itself is loaded from a file (:func:`load_dag`, :func:`validate_file`):
+text and mappings come from API submissions, which must not read the server's files.
+A sub-DAG file's problems are reported with its own file and lines; recursion and
+nesting deeper than :data:`MAX_SUBDAG_DEPTH` are refused at the ``dag:`` line.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ import os
 import re
 import threading
 from collections.abc import Collection, Iterator, Mapping
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import yaml
@@ -32,13 +41,14 @@ from yaml.nodes import MappingNode, ScalarNode, SequenceNode
 from yaml.nodes import Node as YamlNode
 
 from axengine.dag._model import Dag
-from axengine.dag._schema import DagBuilder, LineList, LineMap, Pos
+from axengine.dag._schema import MAX_DAG_NODES, DagBuilder, LineList, LineMap, Pos
 from axengine.dag._validate import check_dag
 from axengine.errors import DagError, DagProblem
 
 __all__ = [
     "MAX_DEPTH",
     "MAX_DOCUMENT_BYTES",
+    "MAX_SUBDAG_DEPTH",
     "MAX_YAML_NODES",
     "load_dag",
     "load_dag_mapping",
@@ -52,6 +62,8 @@ MAX_DOCUMENT_BYTES = 2 * 1024 * 1024
 MAX_YAML_NODES = 500_000
 #: Deepest nesting of lists and mappings.
 MAX_DEPTH = 64
+#: Deepest nesting of sub-DAGs (a DAG's sub-DAG is at level 1).
+MAX_SUBDAG_DEPTH = 8
 
 _TAG = "tag:yaml.org,2002:"
 _SCALAR_TAGS = frozenset(_TAG + t for t in ("null", "bool", "int", "float"))
@@ -388,31 +400,141 @@ class _CollectorPause:
 _collector_paused = _CollectorPause()
 
 
-def _sorted(problems: list[DagProblem]) -> list[DagProblem]:
-    return sorted(problems, key=lambda p: (p.line == 0, p.line))
+@dataclass(frozen=True)
+class _Context:
+    """What one load (a DAG and its sub-DAGs) shares, and where a document sits in it."""
+
+    #: Tool and model names as given (None: the registry's), and those resolved.
+    tools: Collection[str] | None
+    models: Collection[str] | None
+    known: dict[str, Collection[str]] = field(default_factory=dict)
+    #: Directory sub-DAG paths are relative to; None when the DAG was not loaded from
+    #: a file (then no file is read).
+    base_dir: str | None = None
+    #: Real paths of the files being loaded, outermost first (to refuse recursion).
+    chain: tuple[str, ...] = ()
+    #: Sub-DAG level of the document (0: the DAG loaded).
+    depth: int = 0
+    #: Nodes loaded so far in sub-DAGs (one counter for the whole load).
+    loaded: list[int] = field(default_factory=lambda: [0])
+
+    def names(self, which: str) -> Collection[str]:
+        found = self.known.get(which)
+        if found is None:
+            given = self.tools if which == "tool" else self.models
+            found = self.known[which] = _known(given, which)
+        return found
+
+    def shown(self, real: str) -> str:
+        """A file of the chain as messages name it: relative to the first file's."""
+        if not self.chain:
+            return real
+        return os.path.relpath(real, os.path.dirname(self.chain[0]))
+
+
+def _file_context(
+    path: str, tools: Collection[str] | None, models: Collection[str] | None
+) -> _Context:
+    return _Context(tools, models, base_dir=os.path.dirname(os.path.abspath(path)),
+                    chain=(os.path.realpath(path),))
+
+
+def _sorted(problems: list[DagProblem], file: str) -> list[DagProblem]:
+    """The document's own problems by line, then those of its sub-DAG files as they
+    came (each file's sorted already), without repeats (a file used twice)."""
+    unique = list(dict.fromkeys(problems))
+    return sorted(unique, key=lambda p: (0, p.line == 0, p.line) if p.file == file
+                  else (1, False, 0))
+
+
+def _in_scope(problem: DagProblem, nid: str) -> DagProblem:
+    """A problem of an inline sub-DAG, as a problem of the parent's node ``nid``."""
+    if problem.node is not None:
+        return replace(problem, node=f"{nid}/{problem.node}")
+    return replace(problem, node=nid, field=f"dag.{problem.field}" if problem.field else "dag")
+
+
+def _load_subdag(
+    ctx: _Context, file: str, nid: str, value: Any, line: int
+) -> tuple[Dag | None, list[DagProblem]]:
+    """The sub-DAG of node ``nid`` of ``file`` (its ``dag:`` at ``line``)."""
+
+    def refuse(message: str, hint: str | None = None,
+               code: str = "bad-subdag") -> tuple[Dag | None, list[DagProblem]]:
+        return None, [DagProblem(message, file, line, nid, "dag", hint, code)]
+
+    depth = ctx.depth + 1
+    if depth > MAX_SUBDAG_DEPTH:
+        return refuse(f"sub-DAGs are nested more than {MAX_SUBDAG_DEPTH} levels deep",
+                      "run fewer levels of sub-DAGs: put the nodes of the innermost "
+                      "sub-DAG in the DAG that runs it")
+    if ctx.loaded[0] > MAX_DAG_NODES:
+        return refuse(f"with its sub-DAGs the DAG has more than {MAX_DAG_NODES} nodes",
+                      code="too-large")
+    if isinstance(value, Mapping):
+        dag, problems = _load_tree(value, file, replace(ctx, depth=depth), [])
+        if dag is not None:
+            ctx.loaded[0] += len(dag.nodes)
+        return dag, [_in_scope(p, nid) for p in problems]
+    if ctx.base_dir is None:
+        return refuse(
+            f"dag: {value} names a file, but a sub-DAG file is read only when the DAG is "
+            "loaded from a file; inline the sub-DAG (`dag:` as a mapping) — `ax` and the "
+            "Python client inline sub-DAG files when they submit a DAG file",
+            "submit the DAG file with `ax run --remote` or the Python client, or replace "
+            "the path with the sub-DAG's document")
+    looked = os.path.normpath(os.path.join(ctx.base_dir, value))
+    real = os.path.realpath(looked)
+    if real in ctx.chain:
+        names = " -> ".join(ctx.shown(p) for p in (*ctx.chain, real))
+        return refuse(f"recursive sub-DAG: {names}",
+                      "a sub-DAG cannot run itself, directly or through other sub-DAGs")
+    if not os.path.exists(looked):
+        return refuse(f"sub-DAG file {value} does not exist (looked for {looked})",
+                      "the path is relative to the directory of the file that names it")
+    child_file = os.path.normpath(os.path.join(os.path.dirname(file), value))
+    text, problems, unreadable = _read(looked, child_file)
+    if unreadable is not None:
+        return refuse(f"sub-DAG file {value} cannot be read: {unreadable} (looked for "
+                      f"{looked})")
+    if text is None:
+        return None, problems
+    child = replace(ctx, base_dir=os.path.dirname(looked), chain=(*ctx.chain, real),
+                    depth=depth)
+    dag, problems = _load_text(text, child_file, child)
+    if dag is not None:
+        ctx.loaded[0] += len(dag.nodes)
+    return dag, problems
 
 
 @_collector_paused()
 def _load_tree(
-    tree: Any, file: str, tools: Collection[str] | None, models: Collection[str] | None,
-    problems: list[DagProblem],
+    tree: Any, file: str, ctx: _Context, problems: list[DagProblem],
 ) -> tuple[Dag | None, list[DagProblem]]:
-    builder = DagBuilder(file)
+    builder = DagBuilder(file, functools.partial(_load_subdag, ctx, file))
     dag = builder.document(tree)
     problems = problems + builder.problems
     if dag is not None and dag.nodes:
         problems += check_dag(
             dag.nodes, file=file, sites=builder.sites, field_lines=builder.field_lines,
-            tools=_known(tools, "tool"), models=_known(models, "model"),
+            tools=ctx.names("tool"), models=ctx.names("model"),
         )
+        if len(dag.nodes) > MAX_DAG_NODES:
+            problems.append(DagProblem(
+                f"with its sub-DAGs the DAG has {len(dag.nodes)} nodes; at most "
+                f"{MAX_DAG_NODES}", file, _line_of(tree), field="nodes", code="too-large"))
     if problems or dag is None:
-        return None, _sorted(problems)
+        return None, _sorted(problems, file)
     return dag, []
+
+
+def _line_of(tree: Any) -> int:
+    return tree.line if isinstance(tree, LineMap) else 0
 
 
 @_collector_paused()
 def _load_text(
-    text: str, file: str, tools: Collection[str] | None, models: Collection[str] | None
+    text: str, file: str, ctx: _Context
 ) -> tuple[Dag | None, list[DagProblem]]:
     size = len(text.encode("utf-8", "surrogatepass"))
     if size > MAX_DOCUMENT_BYTES:
@@ -422,29 +544,41 @@ def _load_text(
     try:
         tree = reader.parse()
     except _Abort as exc:
-        return None, _sorted([*reader.problems, exc.problem])
-    return _load_tree(tree, file, tools, models, reader.problems)
+        return None, _sorted([*reader.problems, exc.problem], file)
+    return _load_tree(tree, file, ctx, reader.problems)
+
+
+def _read(path: str, file: str) -> tuple[str | None, list[DagProblem], str | None]:
+    """The text of DAG file ``path`` (named ``file`` in problems), or the problems; the
+    third item is why the file could not be opened or read (None when it could)."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_DOCUMENT_BYTES + 1)
+    except OSError as exc:
+        return None, [], str(exc.strerror or exc)
+    if len(data) > MAX_DOCUMENT_BYTES:
+        return None, [DagProblem(f"file is larger than {MAX_DOCUMENT_BYTES} bytes", file,
+                                 code="too-large")], None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[:exc.start].count(b"\n") + 1
+        return None, [DagProblem("file is not UTF-8 text", file, line,
+                                 code="yaml-syntax")], None
+    return text, [], None
 
 
 def _load_path(
     path: str | os.PathLike[str], tools: Collection[str] | None, models: Collection[str] | None
 ) -> tuple[Dag | None, list[DagProblem]]:
     file = os.fspath(path)
-    try:
-        with open(file, "rb") as fh:
-            data = fh.read(MAX_DOCUMENT_BYTES + 1)
-    except OSError as exc:
-        return None, [DagProblem(f"cannot read the file: {exc.strerror or exc}", file,
+    text, problems, unreadable = _read(file, file)
+    if unreadable is not None:
+        return None, [DagProblem(f"cannot read the file: {unreadable}", file,
                                  code="unreadable")]
-    if len(data) > MAX_DOCUMENT_BYTES:
-        return None, [DagProblem(f"file is larger than {MAX_DOCUMENT_BYTES} bytes", file,
-                                 code="too-large")]
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data[:exc.start].count(b"\n") + 1
-        return None, [DagProblem("file is not UTF-8 text", file, line, code="yaml-syntax")]
-    return _load_text(text, file, tools, models)
+    if text is None:
+        return None, problems
+    return _load_text(text, file, _file_context(file, tools, models))
 
 
 def load_dag(
@@ -452,6 +586,9 @@ def load_dag(
     tools: Collection[str] | None = None, models: Collection[str] | None = None,
 ) -> Dag:
     """Load and validate a DAG file.
+
+    A ``dag`` node's ``dag: <path>`` is read relative to the directory of the file that
+    names it; its problems are reported with that file and its lines.
 
     Args:
         path: The YAML file.
@@ -477,6 +614,9 @@ def load_dag_text(
 ) -> Dag:
     """Load and validate a DAG from YAML text; see :func:`load_dag`.
 
+    No file is read: a ``dag`` node whose ``dag:`` is a path is refused (``bad-subdag``);
+    its sub-DAG must be inline (``dag:`` as a mapping). ``file`` only names the text.
+
     Args:
         text: The YAML document.
         file: Name used in problems.
@@ -486,7 +626,7 @@ def load_dag_text(
     Raises:
         DagError: The DAG is invalid.
     """
-    dag, problems = _load_text(text, file, tools, models)
+    dag, problems = _load_text(text, file, _Context(tools, models))
     if dag is None:
         raise DagError(problems)
     return dag
@@ -499,6 +639,8 @@ def load_dag_mapping(
     """Validate a DAG given as an already-parsed mapping (the REST API's inline JSON).
 
     Problems carry no line numbers (line 0); the node and field still locate them.
+    No file is read: sub-DAGs must be inline (``dag:`` as a mapping, as in
+    :meth:`Dag.canonical`); a path is refused (``bad-subdag``).
 
     Raises:
         DagError: The DAG is invalid.
@@ -506,7 +648,7 @@ def load_dag_mapping(
     too_large = _measure(data, file)
     if too_large is not None:
         raise DagError([too_large])
-    dag, problems = _load_tree(data, file, tools, models, [])
+    dag, problems = _load_tree(data, file, _Context(tools, models), [])
     if dag is None:
         raise DagError(problems)
     return dag

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from axengine.limits import canonical_json
@@ -22,6 +22,7 @@ __all__ = [
     "MAX_MAP_ITEMS",
     "MAX_MAP_ITEMS_LIMIT",
     "NODE_TYPES",
+    "SCOPE",
     "Dag",
     "Edge",
     "Fallback",
@@ -60,9 +61,11 @@ MAX_MAP_ITEMS_LIMIT = 100_000
 #: How a map's failing item is handled (``on_item_failure``).
 ITEM_FAILURE_POLICIES: tuple[str, ...] = ("fail", "collect")
 
-NodeType = Literal["tool_call", "llm_call", "condition", "human_gateway"]
+NodeType = Literal["tool_call", "llm_call", "condition", "human_gateway", "dag"]
 #: Node types of the DAG language.
-NODE_TYPES: tuple[str, ...] = ("tool_call", "llm_call", "condition", "human_gateway")
+NODE_TYPES: tuple[str, ...] = ("tool_call", "llm_call", "condition", "human_gateway", "dag")
+#: Separates a sub-DAG node's id from the ids of the nodes it runs (``review/approve``).
+SCOPE = "/"
 
 #: Per-attempt timeout in seconds by node type when the DAG does not set ``timeout``
 #: (for ``human_gateway`` it is the bounded wait for a decision).
@@ -179,6 +182,11 @@ class Node:
         on_item_failure: Map: ``fail`` (the node fails at the first item that fails
             for good) or ``collect`` (every item runs; the output records each item's
             result or error).
+        subdag: ``dag``: the DAG the node runs (validated with the parent; part of the
+            parent's hash). Its nodes are in the parent's :attr:`Dag.nodes` as
+            ``{id}/{child id}``.
+        subdag_file: ``dag``: the file the DAG named for it, as written (for messages;
+            not part of the hash: the content is).
         line: Source line of the node, for messages.
     """
 
@@ -211,6 +219,8 @@ class Node:
     max_concurrency: int | None = None
     max_items: int | None = None
     on_item_failure: str = "fail"
+    subdag: Dag | None = None
+    subdag_file: str | None = field(default=None, compare=False)
     line: int = field(default=0, compare=False)
 
     @property
@@ -251,9 +261,10 @@ class Node:
             value = getattr(self, name)
             if value is not None:
                 out[name] = value
-        out["timeout"] = self.timeout
-        out["retry"] = self.retry
-        out["lane"] = self.lane
+        if self.type != "dag":  # (a dag node runs no handler: its DAG's nodes have these)
+            out["timeout"] = self.timeout
+            out["retry"] = self.retry
+            out["lane"] = self.lane
         if self.four_eyes:
             # Only when set: DAGs without it keep the content hash they always had.
             out["four_eyes"] = True
@@ -274,6 +285,8 @@ class Node:
                 out["max_concurrency"] = self.max_concurrency
             if self.max_items is not None:
                 out["max_items"] = self.max_items
+        if self.subdag is not None:
+            out["dag"] = self.subdag.canonical()
         if self.fallback is not None:
             out["fallback"] = {"model": self.fallback.model, "threshold": self.fallback.threshold}
         out["next"] = [edge.canonical() for edge in self.next]
@@ -287,8 +300,8 @@ class Node:
             type=data["type"],
             description=data.get("description"),
             input=data.get("input"),
-            timeout=float(data["timeout"]),
-            retry=int(data["retry"]),
+            timeout=float(data.get("timeout", 300.0)),
+            retry=int(data.get("retry", 0)),
             next=tuple(
                 Edge(e["target"], e.get("condition"), e.get("when"), e.get("max_visits"))
                 for e in data["next"]
@@ -315,6 +328,7 @@ class Node:
             max_concurrency=data.get("max_concurrency"),
             max_items=data.get("max_items"),
             on_item_failure=data.get("on_item_failure", "fail"),
+            subdag=Dag.from_canonical(data["dag"]) if "dag" in data else None,
         )
 
 
@@ -328,7 +342,13 @@ class Dag:
         description: Free text.
         deadline: Default task deadline in seconds from submission (None: none).
         input_schema: JSON Schema the task input must match at submit (None: any input).
+        output: When the DAG runs as a sub-DAG: a template of what its ``dag`` node
+            outputs, read in the sub-DAG (None: the outputs of its last nodes).
         source: File the DAG was loaded from (``"<string>"`` for inline documents).
+
+    The nodes of every sub-DAG are in :attr:`nodes` too, after their ``dag`` node, as
+    ``{dag node}/{child id}`` with their edges renamed alike: the engine runs them as
+    nodes of the task. :meth:`canonical` holds each sub-DAG once, inside its node.
     """
 
     name: str
@@ -336,7 +356,12 @@ class Dag:
     description: str | None = None
     deadline: float | None = None
     input_schema: Mapping[str, Any] | None = None
+    output: str | None = None
     source: str = field(default="<string>", compare=False)
+
+    def __post_init__(self) -> None:
+        if any(node.subdag is not None for node in self.nodes.values()):
+            object.__setattr__(self, "nodes", _flattened(self.nodes))
 
     def canonical(self) -> dict[str, Any]:
         """The JSON-able form that is hashed and stored under ``/ax/dags/{hash}``."""
@@ -348,7 +373,10 @@ class Dag:
         if self.input_schema is not None:
             # Only when set: DAGs without it keep the content hash they always had.
             out["input_schema"] = self.input_schema
-        out["nodes"] = {node_id: node.canonical() for node_id, node in self.nodes.items()}
+        if self.output is not None:
+            out["output"] = self.output
+        out["nodes"] = {node_id: node.canonical() for node_id, node in self.nodes.items()
+                        if SCOPE not in node_id}
         return out
 
     def canonical_json(self) -> bytes:
@@ -377,6 +405,7 @@ class Dag:
             description=data.get("description"),
             deadline=data.get("deadline"),
             input_schema=data.get("input_schema"),
+            output=data.get("output"),
             nodes={nid: Node.from_canonical(nid, nd) for nid, nd in data["nodes"].items()},
             source=source,
         )
@@ -462,6 +491,39 @@ class Dag:
 
     @property
     def entry_nodes(self) -> tuple[str, ...]:
-        """Nodes without predecessors, in document order."""
+        """Nodes without predecessors, in document order (a sub-DAG's own entry nodes
+        start with its ``dag`` node, not with the task)."""
         preds = self.predecessors
-        return tuple(nid for nid in self.nodes if not preds[nid])
+        return tuple(nid for nid in self.nodes if not preds[nid] and SCOPE not in nid)
+
+    def children(self, node_id: str) -> tuple[str, ...]:
+        """The nodes sub-DAG node ``node_id`` runs (its own, not those of a sub-DAG
+        inside it), in document order; empty for any other node."""
+        prefix = node_id + SCOPE
+        return tuple(n for n in self.nodes
+                     if n.startswith(prefix) and SCOPE not in n[len(prefix):])
+
+    def scope_of(self, node_id: str) -> str | None:
+        """The sub-DAG node whose DAG holds ``node_id`` (None: the task's own DAG)."""
+        base = base_id(node_id)
+        return base.rsplit(SCOPE, 1)[0] if SCOPE in base else None
+
+
+def _flattened(nodes: Mapping[str, Node]) -> dict[str, Node]:
+    """``nodes`` with the nodes of every sub-DAG after its ``dag`` node, renamed
+    ``{dag node}/{child id}`` (edges and ``on_failure`` alike; a sub-DAG's own sub-DAGs
+    are already in its nodes, so names nest: ``a/b/c``)."""
+    out: dict[str, Node] = {}
+    for nid, node in nodes.items():
+        if SCOPE in nid:
+            continue  # a flattened child of a sub-DAG: placed after its dag node below
+        out[nid] = node
+        if node.subdag is None:
+            continue
+        prefix = nid + SCOPE
+        for cid, child in node.subdag.nodes.items():
+            out[prefix + cid] = replace(
+                child, id=prefix + cid,
+                next=tuple(replace(e, target=prefix + e.target) for e in child.next),
+                on_failure=prefix + child.on_failure if child.on_failure else None)
+    return out

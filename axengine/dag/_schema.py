@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from axengine.dag._input_schema import schema_problems
@@ -31,7 +31,7 @@ from axengine.dag._validate import SiteKind, TemplateSite, did_you_mean, has_tem
 from axengine.errors import DagProblem, InputError
 from axengine.timeouts import FixedPolicy, node_timeout_policy
 
-__all__ = ["MAX_DAG_NODES", "DagBuilder", "LineList", "LineMap", "Pos"]
+__all__ = ["MAX_DAG_NODES", "DagBuilder", "LineList", "LineMap", "Pos", "SubdagLoader"]
 
 #: Most nodes a DAG may have. A submit writes every node in one store transaction and a
 #: failure can skip a whole branch in one, so a transaction of an N-node DAG may hold
@@ -44,7 +44,7 @@ MAX_DAG_NODES = 10_000
 _NODE_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}\Z")
 _DAG_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,127}\Z")
 
-_DOC_FIELDS = ("name", "description", "deadline", "input_schema", "nodes")
+_DOC_FIELDS = ("name", "description", "deadline", "input_schema", "output", "nodes")
 _COMMON_FIELDS = (
     "type", "description", "input", "timeout", "retry", "next", "on_failure",
     "stall_timeout", "queue_timeout", "lane",
@@ -59,12 +59,18 @@ _TYPE_FIELDS: Mapping[str, tuple[str, ...]] = {
                  *_EXECUTOR_FIELDS, *_MAP_FIELDS),
     "condition": ("expression",),
     "human_gateway": ("on_timeout", "four_eyes"),
+    "dag": ("dag",),
 }
+#: Every field of a ``dag`` node: it runs no handler of its own (its DAG's nodes do).
+_DAG_NODE_FIELDS = ("type", "description", "input", "next", "on_failure", "dag")
+_DAG_HINT = ("name the sub-DAG's file, e.g. `dag: flows/approval.yaml` (relative to this "
+             "file), or write the DAG document inline as a mapping")
 _REQUIRED: Mapping[str, tuple[str, ...]] = {
     "tool_call": ("tool",),
     "llm_call": ("model", "prompt"),
     "condition": ("expression",),
     "human_gateway": (),
+    "dag": ("dag",),
 }
 #: Per node type: the fields it has, the fields checked as known (its own and the executor
 #: fields, which get their own message), and the other types' fields (for the hint).
@@ -97,6 +103,10 @@ _QUANTITY_HINT: Mapping[str, str] = {
 _NEXT_HINT = "next is a node id, a list of ids, or a list of {target, condition} / {target, when}"
 
 Pos = tuple[int, bool]  # (1-based line of a value's first content line, exact?)
+#: Loads the DAG a ``dag`` node names: ``(node id, the dag: value (a file path or an
+#: inline document), line of dag:)`` → the DAG (None when it has problems) and the
+#: problems, already located (the loader resolves files and bounds nesting).
+SubdagLoader = Callable[[str, Any, int], tuple[Dag | None, list[DagProblem]]]
 
 
 class LineMap(dict[str, Any]):
@@ -170,8 +180,9 @@ def _kind(value: Any) -> str:
 class DagBuilder:
     """Checks the document and node fields and builds the nodes, collecting problems."""
 
-    def __init__(self, file: str) -> None:
+    def __init__(self, file: str, subdags: SubdagLoader | None = None) -> None:
         self.file = file
+        self.subdags = subdags
         self.problems: list[DagProblem] = []
         self.sites: list[TemplateSite] = []
         self.field_lines: dict[tuple[str, str], int] = {}
@@ -290,6 +301,10 @@ class DagBuilder:
                          "(at most 128)")
         description = self._string(tree, "description", None)
         deadline = self._number(tree, "deadline", None)
+        output = self._string(tree, "output", None)
+        if output is not None:
+            # Read in this DAG's scope when it runs as a sub-DAG: any of its nodes.
+            self._site("", "output", output, _value_pos(tree, "output"))
         input_schema = self._input_schema(tree)
         raw_nodes = tree.get("nodes")
         nodes: dict[str, Node] = {}
@@ -317,7 +332,7 @@ class DagBuilder:
                     nid = str(nid)
                 nodes[nid] = self.node(nid, raw, line)
         return Dag(name=name or "", nodes=nodes, description=description, deadline=deadline,
-                   input_schema=input_schema, source=self.file)
+                   input_schema=input_schema, output=output, source=self.file)
 
     def _input_schema(self, tree: Mapping[str, Any]) -> dict[str, Any] | None:
         """``input_schema:`` as plain data, or None (unset, or reported as a problem)."""
@@ -363,6 +378,8 @@ class DagBuilder:
             self.problem("unknown-node-type", f"unknown node type {raw_type!r}",
                          _key_line(raw, "type"), nid, "type",
                          f"{close + ' ' if close else ''}types: {', '.join(NODE_TYPES)}")
+        if ntype == "dag":
+            return self._dag_node(nid, raw, line)
         if ntype:
             allowed = _ALLOWED[ntype]
             self._fields(raw, _KNOWN[ntype], nid, other=_OTHERS[ntype])
@@ -381,6 +398,64 @@ class DagBuilder:
             every = {f for names in _TYPE_FIELDS.values() for f in names}
             self._fields(raw, (*_COMMON_FIELDS, *sorted(every)), nid)
         return self._node_values(nid, ntype, raw, line)
+
+    def _dag_node(self, nid: str, raw: Mapping[str, Any], line: int) -> Node:
+        """A ``dag`` node: the fields of a node that runs no handler of its own, and the
+        DAG it runs (loaded by :attr:`subdags`)."""
+        others = {t: f for t, f in _TYPE_FIELDS.items() if t != "dag"}
+        for key in raw:
+            if key in _DAG_NODE_FIELDS:
+                continue
+            if key in _COMMON_FIELDS or key in _EXECUTOR_FIELDS:
+                self.problem(
+                    "unknown-field", f"a dag node runs no handler of its own, so `{key}` "
+                    "does not apply", _key_line(raw, key), nid, str(key),
+                    f"set `{key}` on the nodes of its DAG")
+                continue
+            owners = [t for t, names in others.items() if key in names]
+            close = did_you_mean(str(key), _DAG_NODE_FIELDS)
+            hint = (f"`{key}` is a field of {' and '.join(owners)} nodes; " if owners
+                    else f"{close} " if close else "")
+            self.problem("unknown-field", f"unknown field {key!r}", _key_line(raw, key),
+                         nid, str(key),
+                         f"{hint}a dag node has the fields {', '.join(_DAG_NODE_FIELDS)}")
+        if "dag" not in raw:
+            self.problem("missing-field", "dag node needs `dag`", line, nid, "dag", _DAG_HINT)
+        if "input" in raw:
+            self._collect_input(nid, "input", raw["input"], _value_pos(raw, "input"))
+        subdag, subdag_file = self._subdag(nid, raw)
+        return Node(
+            id=nid,
+            type="dag",
+            description=self._string(raw, "description", nid),
+            input=_plain(raw.get("input")),
+            next=self._edges(nid, raw),
+            on_failure=self._string(raw, "on_failure", nid),
+            subdag=subdag,
+            subdag_file=subdag_file,
+            line=line,
+        )
+
+    def _subdag(self, nid: str, raw: Mapping[str, Any]) -> tuple[Dag | None, str | None]:
+        """The DAG of ``dag:`` (a file path or an inline document) and the path as
+        written (None inline); (None, ...) when it has problems (reported)."""
+        if "dag" not in raw:
+            return None, None
+        value = raw["dag"]
+        line = _key_line(raw, "dag")
+        if (isinstance(value, str) and not value.strip()) or \
+                not isinstance(value, str | Mapping):
+            what = "an empty string" if isinstance(value, str) else _kind(value)
+            self.problem("bad-value", f"dag must be a file path or a DAG document (a "
+                         f"mapping), not {what}", line, nid, "dag", _DAG_HINT)
+            return None, None
+        file = value if isinstance(value, str) else None
+        if self.subdags is None:
+            self.problem("bad-subdag", "sub-DAGs cannot be loaded here", line, nid, "dag")
+            return None, file
+        subdag, problems = self.subdags(nid, value, line)
+        self.problems.extend(problems)
+        return subdag, file
 
     def _node_values(self, nid: str, ntype: str, raw: Mapping[str, Any], line: int) -> Node:
         timeout = self._number(raw, "timeout", nid)

@@ -13,6 +13,11 @@ undefined; the checks here keep those reports only where the name is not defined
 
 Graph algorithms are iterative and linear in nodes + edges (plus one bitset per node for
 the ancestor check), so a 10,000-node DAG validates without recursion limits.
+
+Only a DAG's own nodes are checked: the nodes of a ``dag`` node's sub-DAG (in
+:attr:`Dag.nodes` as ``{dag node}/{child id}``) were checked as their own DAG when it
+was loaded. A DAG's ``output`` (what its ``dag`` node outputs when it runs as a sub-DAG)
+is a template site of node ``""``: it may read any node of the DAG.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from axengine import template
-from axengine.dag._model import NODE_TYPES, Dag, Edge, Node
+from axengine.dag._model import NODE_TYPES, SCOPE, Dag, Edge, Node
 from axengine.errors import DagProblem, TemplateError, TemplateSecurityError
 
 __all__ = [
@@ -352,6 +357,8 @@ class _Checker:
         loops = Dag(name="", nodes=self.nodes).loops
         owner: dict[str, str] = {}
         for closer, body in loops.items():
+            if closer not in self.nodes:
+                continue  # a loop of a sub-DAG (flattened in): checked with its DAG
             back = self.nodes[closer].loop_edge
             if not body or back is None:
                 continue
@@ -494,6 +501,9 @@ class _Checker:
 
     def check_templates(self) -> None:
         for site in self.sites:
+            if site.node == "" and site.field == "output":
+                self._check_output(site)
+                continue
             node = self.nodes.get(site.node)
             if node is None or node.type not in NODE_TYPES:
                 continue
@@ -540,6 +550,38 @@ class _Checker:
                 self._check_prompt_input(site)
             self._check_references(site, node)
             self._check_previous(site, node)
+
+    def _check_output(self, site: TemplateSite) -> None:
+        """The DAG's ``output``: a template read once the DAG's nodes are done, when it
+        runs as a sub-DAG; any of its nodes may be read."""
+        if not has_template(site.source):
+            return
+        try:
+            found = template.check_template(site.source, kind="template")
+            refs = template.referenced_nodes(site.source)
+        except TemplateError as exc:
+            unsafe = isinstance(exc, TemplateSecurityError)
+            what = "is refused" if unsafe else "does not compile"
+            self.problem(
+                "unsafe-template" if unsafe else "template-syntax",
+                f"output template {what}: {exc}",
+                line=_error_line(site, getattr(exc, "line", 0)), field="output",
+                hint=_UNSAFE_HINT if unsafe else _TEMPLATE_HINT,
+            )
+            return
+        for found_problem in found:
+            self.problem(found_problem.code, f"output template: {found_problem.message}",
+                         line=_error_line(site, found_problem.line), field="output",
+                         hint=found_problem.hint)
+        for ref in sorted(refs or ()):
+            if ref not in self.nodes:
+                self.problem(
+                    "bad-reference",
+                    f"output: reads nodes.{ref}.output, but there is no node {ref!r}",
+                    line=site.line, field="output",
+                    hint=did_you_mean(ref, self.nodes)
+                    or f"nodes are: {', '.join(sorted(self.nodes)[:20])}",
+                )
 
     def _scoped_name(self, site: TemplateSite, node: Node, name: str) -> tuple[str, str] | None:
         """None when ``name`` (``item``, ``index``, ``visit``, ``previous``) is defined in
@@ -732,6 +774,14 @@ def _value_kind(value: Any) -> str:
     return f"a {type(value).__name__}"
 
 
+def _in_subdag(nid: str, nodes: Mapping[str, Node]) -> bool:
+    """Whether ``nid`` is a flattened node of a sub-DAG (``review/check``)."""
+    if SCOPE not in nid:
+        return False
+    owner = nodes.get(nid.split(SCOPE, 1)[0])
+    return owner is not None and owner.subdag is not None
+
+
 def check_dag(
     nodes: Mapping[str, Node],
     *,
@@ -746,7 +796,8 @@ def check_dag(
     Args:
         nodes: The loaded nodes, including ones with field problems (so their ids
             still resolve as edge targets). Nodes of unknown type are skipped by the
-            type-specific checks.
+            type-specific checks. The nodes of sub-DAGs flattened in (``{dag
+            node}/{child id}``) are left out: they were checked with their DAG.
         file: File name used in the problems.
         sites: Every template of the DAG with its location.
         field_lines: Line of each ``(node id, field)`` for messages.
@@ -756,6 +807,8 @@ def check_dag(
     Returns:
         The problems, in check order.
     """
+    # Nodes of a sub-DAG ({dag node}/{child id}) were checked with their own DAG.
+    nodes = {nid: node for nid, node in nodes.items() if not _in_subdag(nid, nodes)}
     checker = _Checker(
         nodes, file=file, sites=sites, field_lines=field_lines, tools=tools, models=models
     )

@@ -1,4 +1,5 @@
-"""Maps over runtime lists and bounded loops: the rules that give a node instances.
+"""Maps over runtime lists, bounded loops and sub-DAGs: the rules that give a node
+instances.
 
 A **map** node renders its ``map`` template to a list when it is readied, and that list
 — the expansion — is committed in the same transaction, in the node's own snapshot
@@ -20,7 +21,18 @@ resets the body for the next visit — ``visit`` counts up, the first node is re
 instead of counting the last node off at its forward targets. At the bound the back edge
 is recorded as not taken and the loop is left like any node's edges lead.
 
-Both are rules, so they are pure like the rest of :mod:`~axengine.engine._rules`: they
+A **sub-DAG** node (``type: dag``) runs another DAG whose nodes are in the task's DAG
+already, as ``{node}/{child}`` (:class:`~axengine.dag.Dag` flattens them; the child is
+part of the parent's hash). When the node is readied, its input is rendered and it stays
+RUNNING under :data:`~axengine.records.SUBDAG_OWNER` while the sub-DAG's first nodes are
+readied in the same transaction; each of the sub-DAG's last nodes (those without a
+forward edge) counts off on it when decided, and the last one ends it: its output is the
+sub-DAG's ``output`` template (or the outputs of its last nodes), and it fails when a
+node of the sub-DAG failed with no route. The sub-DAG's templates read ``input`` as the
+node's rendered input and ``nodes`` as the sub-DAG's own. Cancel, retry and gates reach
+its nodes because they are the task's.
+
+These are rules, so they are pure like the rest of :mod:`~axengine.engine._rules`: they
 read the view through the plan builder and write through it.
 """
 
@@ -31,12 +43,13 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from axengine import template
-from axengine.dag import Node, item_id, visit_id
-from axengine.engine._refs import map_refs, named
+from axengine.dag import SCOPE, Node, item_id, visit_id
+from axengine.engine._refs import map_refs, named, template_refs
 from axengine.errors import TemplateError
 from axengine.records import (
     FINAL_STATES,
     MAP_OWNER,
+    SUBDAG_OWNER,
     NextHop,
     NodeState,
     Snapshot,
@@ -48,6 +61,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_MAP_CONCURRENCY",
+    "child_ended",
     "concurrency",
     "fail_map",
     "is_map_parent",
@@ -56,6 +70,7 @@ __all__ = [
     "loop_names",
     "parent_of",
     "ready_map",
+    "ready_subdag",
 ]
 
 #: Items a map runs at once when its node sets no ``max_concurrency``: the transaction
@@ -263,13 +278,15 @@ def loop_names(b: _Builder, node: Node) -> dict[str, Any]:
         return {}
     body = dag.loops[closer]
     visit = max(b.snap(node.id).visit, 1)
-    previous: dict[str, Any] = dict.fromkeys(body)
+    scope = dag.scope_of(node.id)
+    cut = len(scope) + len(SCOPE) if scope is not None else 0  # the sub-DAG's own names
+    previous: dict[str, Any] = {nid[cut:]: None for nid in body}
     if visit > 1:
         kept = [visit_id(n, visit - 1) for n in body]
         b.view.require(k for k in kept if k not in b.plan.writes)
         for nid, key in zip(body, kept, strict=True):
             if b.snap(key).state is NodeState.SUCCEEDED:
-                previous[nid] = b.output_of(key)
+                previous[nid[cut:]] = b.output_of(key)
     return {"visit": visit, "previous": previous}
 
 
@@ -309,3 +326,91 @@ def loop_again(b: _Builder, closer: Node) -> bool:
     b.event("looped", b.snap(kept[closer.id]),
             f"{closer.id} -> {edge.target}: visit {visit + 1} of at most {edge.max_visits}")
     return True
+
+
+# --------------------------------------------------------------------------- sub-DAGs
+
+
+def ready_subdag(b: _Builder, node: Node, snap: Snapshot) -> list[str]:
+    """Start sub-DAG node ``node``: render its input, hold it RUNNING while its DAG
+    runs and ready that DAG's first nodes. Returns ``[node.id]`` when it is decided on
+    the spot (its input did not render)."""
+    from axengine.engine._rules import sha256_json
+
+    assert node.subdag is not None
+    try:
+        params = b.render_params(node)
+    except TemplateError as exc:
+        return b.failure(node, snap, str(exc), retryable=False)
+    dag = b.view.dag
+    children = dag.children(node.id)
+    last = [c for c in children if not dag.nodes[c].targets]
+    started = replace(
+        snap, state=NodeState.RUNNING, owner=SUBDAG_OWNER, lease_until=0.0, input=params,
+        input_ref=None, input_revision=sha256_json([snap.task_id, node.id, params]),
+        attempt=snap.attempt + 1, fence=snap.fence + 1, ready_at=b.now, started_at=b.now,
+        not_before=0.0, error="", evidence="", items=len(last), items_done=0,
+    )
+    b.write(started)
+    b.event("started", started, f"sub-DAG {node.subdag.name} ({len(children)} nodes, "
+            f"hash {node.subdag.hash[:12]})")
+    first = [c for c in children if not dag.predecessors[c]]
+    b.view.require(c for c in first if c not in b.plan.writes)
+    for nid in first:
+        b.write(replace(b.snap(nid), reached=True))
+    b.settle(roots=first)
+    return []
+
+
+def child_ended(b: _Builder, node_id: str) -> list[str]:
+    """``node_id``, one of a sub-DAG's last nodes, was just decided: count it off on the
+    sub-DAG node, and end that node when it was the last. Returns the nodes decided."""
+    dag = b.view.dag
+    scope = dag.scope_of(node_id)
+    assert scope is not None
+    parent = b.snap(scope)
+    if parent.state is not NodeState.RUNNING or parent.owner != SUBDAG_OWNER:
+        return []  # the sub-DAG node ended already (cancelled, failed on the deadline)
+    parent = replace(parent, items_done=parent.items_done + 1)
+    if parent.items_done < parent.items:
+        b.write(parent)
+        return []
+    return _finish_subdag(b, dag.nodes[scope], parent)
+
+
+def _finish_subdag(b: _Builder, node: Node, parent: Snapshot) -> list[str]:
+    """Every last node of the sub-DAG is decided: the node fails when one of the
+    sub-DAG's nodes failed with no route; else its output is the sub-DAG's ``output``
+    template (or ``{last node: output}`` of its last nodes that succeeded)."""
+    from axengine.engine._rules import _taken, sha256_json
+
+    assert node.subdag is not None
+    dag = b.view.dag
+    children = dag.children(node.id)
+    b.view.require(c for c in children if c not in b.plan.writes)
+    prefix = node.id + SCOPE
+    held = replace(parent, owner="")
+    for nid in children:
+        snap = b.snap(nid)
+        if snap.state is NodeState.FAILED and not dag.nodes[nid].on_failure:
+            return b.failure(node, held, f"sub-DAG node {nid[len(prefix):]} failed: "
+                             f"{snap.error}", retryable=False)
+    try:
+        if node.subdag.output is not None:
+            refs = template_refs(node.subdag.output)
+            output = named("sub-DAG output template", template.render_value,
+                           node.subdag.output, b.scope_context(node.id, refs))
+        else:
+            output = {nid[len(prefix):]: b.output_of(nid) for nid in children
+                      if not dag.nodes[nid].targets
+                      and b.snap(nid).state is NodeState.SUCCEEDED}
+        hops = b.decide_edges(node, output)
+    except TemplateError as exc:
+        return b.failure(node, held, str(exc), retryable=False)
+    done = replace(
+        held, state=NodeState.SUCCEEDED, output=output, output_ref=None,
+        output_sha256=sha256_json(output), next_hops=hops, finished_at=b.now, error="",
+    )
+    b.write(done)
+    b.event("committed", done, f"sub-DAG {node.subdag.name} -> {_taken(hops)}")
+    return [node.id]

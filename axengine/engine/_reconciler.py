@@ -26,7 +26,7 @@ from axengine.engine._stall import stall_verdict
 from axengine.errors import AxError
 from axengine.owners import owner_is_dead
 from axengine.queue import WorkItem
-from axengine.records import MAP_OWNER, NodeState
+from axengine.records import COMPOSITE_OWNERS, NodeState
 from axengine.store import Delete, KeyValue, Mod, Put
 
 __all__ = ["ReconcileReport", "Reconciler"]
@@ -119,8 +119,9 @@ class Reconciler:
             for snap in await engine.snapshots(task.task_id):
                 # (A PAUSED task's deadline moves on while it is paused.)
                 past_deadline = bool(task.deadline) and now >= rules.deadline_at(task, now)
-                if "#" in snap.node_id or (snap.owner == MAP_OWNER and not past_deadline):
-                    continue  # a loop's kept visit; a map node whose items hold the leases
+                if "#" in snap.node_id or (snap.owner in COMPOSITE_OWNERS
+                                           and not past_deadline):
+                    continue  # a loop's kept visit; a map or sub-DAG node: its nodes run
                 node = dag.node(snap.node_id)
                 ident = (task.task_id, snap.node_id)
                 if snap.state is NodeState.RUNNING:

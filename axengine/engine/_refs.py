@@ -14,7 +14,8 @@ from axengine import template
 from axengine.dag import Node
 from axengine.errors import TemplateError
 
-__all__ = ["expression_refs", "guard_refs", "map_refs", "named", "param_refs"]
+__all__ = ["expression_refs", "guard_refs", "map_refs", "named", "param_refs",
+           "template_refs"]
 
 
 def named(which: str, render: Callable[[Any, Mapping[str, Any]], Any], source: Any,
@@ -83,3 +84,8 @@ def expression_refs(node: Node) -> frozenset[str] | None:
 def map_refs(node: Node) -> frozenset[str] | None:
     """The nodes a map node's ``map`` template reads."""
     return _union_refs([node.map] if node.map is not None else [])
+
+
+def template_refs(source: str) -> frozenset[str] | None:
+    """The nodes one template reads (None: it may read any)."""
+    return _union_refs([source])

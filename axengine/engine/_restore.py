@@ -16,7 +16,7 @@ from dataclasses import replace
 
 from axengine.dag import Dag
 from axengine.engine._rules import DECIDED_STATES, category, derive_status
-from axengine.records import MAP_OWNER, NodeState, Snapshot, TaskRecord, TaskStatus
+from axengine.records import COMPOSITE_OWNERS, NodeState, Snapshot, TaskRecord, TaskStatus
 
 __all__ = ["restored"]
 
@@ -41,9 +41,9 @@ def restored(dag: Dag, task: TaskRecord,
     out: list[Snapshot] = []
     counts: dict[str, int] = {}
     for snap in snaps.values():
-        if snap.state is NodeState.RUNNING and snap.owner != MAP_OWNER:
+        if snap.state is NodeState.RUNNING and snap.owner not in COMPOSITE_OWNERS:
             # The recorded owner is gone: void its lease as the reconciler would (a map
-            # node is held by its items, not by a worker).
+            # or sub-DAG node is held by its instances, not by a worker).
             snap = replace(snap, state=NodeState.WAITING, fence=snap.fence + 1, owner="",
                            lease_until=0.0, not_before=0.0)
         out.append(snap)

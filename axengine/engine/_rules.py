@@ -24,7 +24,7 @@ from typing import Any
 from axengine import template, timeouts
 from axengine.activity import Activity
 from axengine.blocking import BlockingPolicy, Verdict
-from axengine.dag import Dag, Node
+from axengine.dag import SCOPE, Dag, Node
 from axengine.engine import _expand, _stall
 from axengine.engine._ramp import Ramp, Waiter, dependency_of
 from axengine.engine._refs import expression_refs, guard_refs, named, param_refs
@@ -32,8 +32,8 @@ from axengine.engine._view import View
 from axengine.errors import Conflict, Forbidden, InputError, TemplateError
 from axengine.limits import canonical_json
 from axengine.records import (
+    COMPOSITE_OWNERS,
     FINAL_STATES,
-    MAP_OWNER,
     NO_EDITS,
     Event,
     NextHop,
@@ -75,8 +75,9 @@ __all__ = [
 DECIDED_STATES = frozenset({NodeState.SUCCEEDED, NodeState.FAILED, NodeState.SKIPPED})
 #: ``by`` of the decision the reconciler applies when a gate's wait expires (``on_timeout``).
 GATE_TIMEOUT_ACTOR = "ax:gate-timeout"
-#: Node types the engine resolves itself, in the transaction that readies them.
-INLINE_TYPES = frozenset({"condition", "human_gateway"})
+#: Node types the engine resolves itself, in the transaction that readies them (a
+#: sub-DAG node by running its DAG), not by running a handler.
+INLINE_TYPES = frozenset({"condition", "human_gateway", "dag"})
 
 EventIds = Callable[[], str]
 
@@ -159,11 +160,18 @@ def backoff_delay(attempt: int, key: str, config: RuleConfig) -> float:
 
 def category(node: Node, snap: Snapshot) -> str:
     """Bucket of a node for the task's counters: ACTIVE (waiting or running), PAUSED,
-    FAILED_UNROUTED (failed with no ``on_failure``) or the state's own name."""
+    FAILED_UNROUTED (failed with no ``on_failure``), COMPOSITE (a map or sub-DAG node
+    whose instances run) or the state's own name."""
+    if snap.state is NodeState.RUNNING and snap.owner in COMPOSITE_OWNERS:
+        # A map or sub-DAG node: its items or its DAG's nodes say whether the task runs,
+        # waits for a person or needs one.
+        return "COMPOSITE"
     if snap.state in (NodeState.WAITING, NodeState.RUNNING):
         return "ACTIVE"
-    if snap.state is NodeState.FAILED and not node.on_failure and "[" not in snap.node_id:
-        # (A map's item that failed is decided by its map node, which counts.)
+    if (snap.state is NodeState.FAILED and not node.on_failure and "[" not in snap.node_id
+            and SCOPE not in snap.node_id):
+        # (A map's item or a sub-DAG's node that failed is decided by its map or sub-DAG
+        # node, which counts.)
         return "FAILED_UNROUTED"
     return snap.state.value
 
@@ -226,30 +234,53 @@ class _Builder:
 
     def context(self, refs: frozenset[str] | None, output: Any = template.MISSING, *,
                 node: Node | None = None) -> dict[str, Any]:
-        """The names templates of ``node`` read: the task input, the outputs of the
-        nodes in ``refs`` (None: every node), task facts, ``output`` for guards, and
-        in a loop's body ``visit`` and ``previous``."""
-        node_ids: Iterable[str] = self.view.dag.nodes if refs is None else sorted(refs)
-        if refs is None:
-            self.view.require(self.view.dag.nodes)
+        """The names templates of ``node`` read: the input, the outputs of the nodes in
+        ``refs`` (None: every node), task facts, ``output`` for guards, and in a loop's
+        body ``visit`` and ``previous``. A sub-DAG's node reads its sub-DAG: ``input``
+        is its ``dag`` node's rendered input and ``nodes`` are its sub-DAG's."""
+        scope = self.view.dag.scope_of(node.id) if node is not None else None
+        names = self.scope_context(scope, refs, output)
+        if node is not None:
+            names.update(_expand.loop_names(self, node))
+        return names
+
+    def scope_context(self, scope: str | None, refs: frozenset[str] | None,
+                      output: Any = template.MISSING) -> dict[str, Any]:
+        """The names of a template in the task's DAG (``scope`` None) or in the DAG of
+        sub-DAG node ``scope``: ``refs`` are node ids as that DAG names them."""
+        dag = self.view.dag
+        if scope is None:
+            local = [n for n in dag.nodes if SCOPE not in n] if refs is None else sorted(refs)
+            ids = {n: n for n in local}
+            given = self.view.input()
         else:
-            self.view.require(refs)
+            prefix = scope + SCOPE
+            local = ([c[len(prefix):] for c in dag.children(scope)] if refs is None
+                     else sorted(refs))
+            ids = {n: prefix + n for n in local}
+            params = self.input_of(scope)
+            given = params.get("input") if isinstance(params, Mapping) else None
+        self.view.require(ids.values())
         outputs = {}
-        for nid in node_ids:
+        for name, nid in ids.items():
             if self.snap(nid).state is NodeState.SUCCEEDED:
-                outputs[nid] = self.output_of(nid)
+                outputs[name] = self.output_of(nid)
             else:
-                outputs[nid] = None
+                outputs[name] = None
         task = self.view.task
-        names = template.template_context(
-            input=self.view.input(),
+        return template.template_context(
+            input=given,
             nodes=outputs,
             task={"id": task.task_id, "labels": dict(task.labels), "dag": task.dag_name},
             output=output,
         )
-        if node is not None:
-            names.update(_expand.loop_names(self, node))
-        return names
+
+    def input_of(self, node_id: str) -> Any:
+        """A node's rendered input, as this plan wrote it or as stored."""
+        written = self.plan.writes.get(node_id)
+        if written is not None and written.input_ref is None:
+            return written.input
+        return self.view.node_input(node_id)
 
     # ------------------------------------------------------------- edges
 
@@ -296,6 +327,9 @@ class _Builder:
                     # and the loop's exits wait for the visit that leaves it.
                     work.append((False, node.loop_edge.target))
                     continue
+                if SCOPE in nid and not node.targets:
+                    # A last node of a sub-DAG: its dag node ends with the last of them.
+                    work.extend((True, n) for n in _expand.child_ended(self, nid))
                 hops = {h.target_node_id: h.is_taken for h in self.snap(nid).next_hops}
                 # One load for every target: a 1,000-wide fan-out is one read, not 1,000.
                 self.view.require(t for t in node.targets if t not in self.plan.writes)
@@ -312,7 +346,8 @@ class _Builder:
             snap = self.snap(nid)
             if snap.state is not NodeState.PENDING or snap.preds_left > 0:
                 continue
-            if snap.reached or not dag.predecessors[nid]:
+            # (A sub-DAG's first nodes start with their dag node, which marks them reached.)
+            if snap.reached or (not dag.predecessors[nid] and SCOPE not in nid):
                 work.extend((True, n) for n in self.ready(node))
             else:
                 skipped = replace(
@@ -331,6 +366,8 @@ class _Builder:
             return self._run_condition(node, snap)
         if node.map is not None:
             return _expand.ready_map(self, node, snap)
+        if node.subdag is not None:
+            return _expand.ready_subdag(self, node, snap)
         try:
             params = self.render_params(node)
         except TemplateError as exc:  # named by render_params: input, prompt, description
@@ -494,8 +531,9 @@ def plan_claim(view: View, node_id: str, *, worker: str, lease: float, now: floa
     node = view.dag.node(node_id)
     snap = view.snap(node_id)
     task = view.task
-    if snap.owner == MAP_OWNER:
-        return Plan("not-claimable", detail=("map", 0.0))  # its items run, not the node
+    if snap.owner in COMPOSITE_OWNERS:
+        # A map's items or a sub-DAG's nodes run, not the node itself.
+        return Plan("not-claimable", detail=(snap.owner, 0.0))
     if snap.state is NodeState.WAITING:
         if now < snap.not_before:
             return Plan("not-claimable", detail=("backoff", snap.not_before - now))
@@ -1036,10 +1074,11 @@ def plan_expire(view: View, node_id: str, *, now: float, ids: EventIds,
             b.settle(decided=_expand.fail_map(b, node, snap, "task deadline passed",
                                               dead=True))
         else:
-            b.fail(node, snap, "task deadline passed", retryable=False, dead=True)
+            b.fail(node, replace(snap, owner=""), "task deadline passed", retryable=False,
+                   dead=True)
         return b.plan
-    if _expand.is_map_parent(snap):
-        return Plan("ok")  # its items hold the leases
+    if snap.owner in COMPOSITE_OWNERS:
+        return Plan("ok")  # its items or its sub-DAG's nodes hold the leases
     if (snap.state is NodeState.PAUSED and node.type != "human_gateway" and snap.gate_until
             and now >= snap.gate_until):
         _resumed(b, snap, None, f"resumed: its pause until {utc(snap.gate_until)} is over")
@@ -1109,6 +1148,10 @@ def plan_retry(view: View, from_node: str, *, input_override: Any, now: float,
     dag = view.dag
     if from_node not in dag.nodes:
         raise InputError(f"task has no node {from_node!r}")
+    if SCOPE in from_node:
+        outer = from_node.split(SCOPE, 1)[0]
+        raise Conflict(f"node {from_node!r} runs inside sub-DAG node {outer!r}: retry from "
+                       f"{outer!r}, which runs its DAG again")
     view.require(dag.nodes)
     snap = view.snap(from_node)
     if snap.state in (NodeState.WAITING, NodeState.RUNNING, NodeState.PAUSED):
@@ -1123,8 +1166,11 @@ def plan_retry(view: View, from_node: str, *, input_override: Any, now: float,
     b = _builder(view, now, ids, by)
     descendants = _descendants(dag, from_node)
     cancelled = [n for n in dag.nodes if view.snap(n).state is NodeState.CANCELLED]
-    reset = sorted({from_node, *cancelled} | {n for n in descendants
-                                              if view.snap(n).state is not NodeState.PENDING})
+    # A sub-DAG node that runs again runs its whole DAG again.
+    reopening = {from_node, *cancelled}
+    reopening |= {c for n in list(reopening) for c in _inside(dag, n)}
+    reset = sorted(reopening | {n for n in descendants
+                                if view.snap(n).state is not NodeState.PENDING})
     for nid in reset:
         b.write(_reset(view.snap(nid)))
     for body in dag.loops.values():
@@ -1135,7 +1181,7 @@ def plan_retry(view: View, from_node: str, *, input_override: Any, now: float,
                 if nid in b.plan.writes:
                     b.write(replace(b.snap(nid), visit=0))
     # Recount the join bookkeeping of every reset node from its predecessors' decisions.
-    for nid in sorted({from_node, *cancelled} | descendants):
+    for nid in sorted(reopening | descendants):
         left, reached = 0, False
         for pid in dag.predecessors[nid]:
             pred = b.snap(pid)
@@ -1180,11 +1226,21 @@ def _reset(snap: Snapshot) -> Snapshot:
 
 
 def _descendants(dag: Dag, start: str) -> set[str]:
+    """The nodes after ``start``: along its edges, and inside every sub-DAG node met."""
     seen: set[str] = set()
-    work = list(dag.nodes[start].targets)
+    work = [*dag.nodes[start].targets, *_inside(dag, start)]
     while work:
         nid = work.pop()
         if nid not in seen:
             seen.add(nid)
             work.extend(dag.nodes[nid].targets)
+            work.extend(_inside(dag, nid))
     return seen
+
+
+def _inside(dag: Dag, node_id: str) -> list[str]:
+    """Every node a sub-DAG node runs, its own sub-DAGs' included (none for others)."""
+    if dag.nodes[node_id].subdag is None:
+        return []
+    prefix = node_id + SCOPE
+    return [n for n in dag.nodes if n.startswith(prefix)]

@@ -40,7 +40,7 @@ from axengine.errors import InputError
 from axengine.fixtures import restore_task
 from axengine.local import LocalSession, load_any_dag
 from axengine.process import default_handler
-from axengine.records import MAP_OWNER, NO_EDITS
+from axengine.records import COMPOSITE_OWNERS, NO_EDITS
 from axengine.testing._replay import DagLike, FixtureLike, Replay, replay
 from axengine.testing._stubs import (
     StubBook,
@@ -442,9 +442,11 @@ class AsyncAxTestEngine:
             if await self._decide_waiting(view):
                 continue
             now = self.clock.time()
-            # (A map node is RUNNING while its items are: they say whether it is busy.)
+            # (A map or sub-DAG node is RUNNING while its instances are: they say
+            # whether it is busy.)
             busy = sorted(n for n, s in view.snapshots.items()
-                          if (s.state is NodeState.RUNNING and s.owner != MAP_OWNER)
+                          if (s.state is NodeState.RUNNING
+                              and s.owner not in COMPOSITE_OWNERS)
                           or (s.state is NodeState.WAITING and s.not_before <= now))
             if busy and not view.task.status.final:
                 left = give_up - loop.time()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from tests.api.conftest import (
     GATE_YAML,
@@ -309,3 +310,61 @@ def test_fork_a_finished_task_at_a_node_with_a_set_output(api_server: ServerFact
     assert never.status_code == 409 and "never reached" in never.text
     running = admin.post(f"/v1/tasks/{fork['task_id']}/fork", json={"from_node": "parse_pdf"})
     assert running.status_code == 409 and "fork a finished task" in running.text
+
+
+SUBDAG_PARENT = """\
+name: publishing
+nodes:
+  draft:
+    type: tool_call
+    tool: echo
+    input: "{{ .input.text }}"
+    next: review
+  review:
+    type: dag
+    dag: flows/approval.yaml
+    input: {doc: "{{ .nodes.draft.output }}"}
+    next: publish
+  publish:
+    type: tool_call
+    tool: echo
+    input: "{{ .nodes.review.output }}"
+"""
+SUBDAG_CHILD = """\
+name: approval
+output: "{{ .nodes.person.output.decision }}"
+nodes:
+  person:
+    type: human_gateway
+    input: "{{ .input.doc }}"
+"""
+
+
+def test_a_sub_dag_file_is_inlined_by_the_client_and_its_gate_decided_by_its_path(
+        api_server: ServerFactory, tmp_path: Any) -> None:
+    from axengine.client import Client
+    from tests.api.conftest import AUTH
+
+    (tmp_path / "flows").mkdir()
+    (tmp_path / "flows" / "approval.yaml").write_text(SUBDAG_CHILD)
+    (tmp_path / "publishing.yaml").write_text(SUBDAG_PARENT)
+    handle = api_server("embedded")
+    raw = handle.client("submit")
+    # The server reads no file a submitter names.
+    refused = raw.post("/v1/tasks", json={"dag_yaml": SUBDAG_PARENT, "input": {"text": "x"}})
+    assert refused.status_code == 400, refused.text
+    assert "bad-subdag" in refused.text and "inline the sub-DAG" in refused.text
+    token = AUTH["admin"]["Authorization"].removeprefix("Bearer ")
+    with Client(handle.url, token) as client:
+        task_id = client.submit(tmp_path / "publishing.yaml", {"text": "hello"}).task_id
+        paused = wait_status(raw, task_id, "PAUSED")
+        assert paused["nodes"]["review/person"]["state"] == "PAUSED"
+        assert paused["nodes"]["review"]["state"] == "RUNNING"
+        # A slash in the node id goes in the path as it is.
+        decided = handle.client("approve").post(
+            f"/v1/tasks/{task_id}/nodes/review/person/decision", json={"decision": "approve"})
+        assert decided.status_code == 200, decided.text
+        task = wait_final(raw, task_id)
+    assert task["status"] == "SUCCEEDED"
+    assert task["nodes"]["review"]["output"] == "approve"
+    assert task["nodes"]["publish"]["output"] == "approve"
