@@ -286,12 +286,12 @@ class RequestCountMiddleware:
 
     @classmethod
     def _resolve(cls, route: BaseRoute, scope: Scope) -> str:
-        # (path_format: the template without convertors — {node_id}, not {node_id:path}.)
-        path = str(getattr(route, "path_format", None) or getattr(route, "path", ""))
+        path = str(getattr(route, "path", ""))
         if isinstance(route, Mount):
             inner = cls.template(route.routes, scope)  # a static files mount has none
             return path + inner if inner is not None else path or "/"
-        return path
+        # The template without convertors: {node_id}, not {node_id:path}.
+        return str(getattr(route, "path_format", None) or path)
 
 
 # ---------------------------------------------------------------------------- strict JSON
