@@ -139,6 +139,9 @@ class Engine(EngineReads):
         self._dags: dict[str, Dag] = {}
         self._listeners: list[Listener] = []
         self._cache = RecordCache()
+        #: Transitions of one task take turns in this engine (see :meth:`_apply`).
+        self._task_locks: dict[str, asyncio.Lock] = {}
+        self._task_users: dict[str, int] = {}
 
     # ------------------------------------------------------------------ plumbing
 
@@ -263,7 +266,32 @@ class Engine(EngineReads):
 
         ``preload``: nodes the rule reads first (checked to exist); ``prefetch``: what
         the rule will most likely ask for next, loaded with them in one read rather
-        than one :class:`Need` at a time."""
+        than one :class:`Need` at a time.
+
+        The transitions this engine applies to one task take turns: siblings of a
+        fan-out completing at once would otherwise all write the task record (and their
+        join) at once, and all but one lose the compare, back off and decide again.
+        Taking turns, each decides on what the one before it committed (from the
+        cache) and commits the first time. The compares still guard every write:
+        other engines (other processes) are serialised by the store, as before."""
+        users = self._task_users
+        lock = self._task_locks.get(task_id)
+        if lock is None:
+            lock = self._task_locks[task_id] = asyncio.Lock()
+        users[task_id] = users.get(task_id, 0) + 1
+        try:
+            async with lock:
+                return await self._apply_once(task_id, rule, preload=preload,
+                                              prefetch=prefetch)
+        finally:
+            users[task_id] -= 1
+            if not users[task_id]:
+                del users[task_id], self._task_locks[task_id]
+
+    async def _apply_once(
+        self, task_id: str, rule: Callable[[View], rules.Plan], *,
+        preload: Iterable[str] = (), prefetch: Callable[[Dag], Need] | None = None,
+    ) -> tuple[rules.Plan, View]:
         preload = tuple(preload)
         use_cache, lost = True, 0
         for _ in range(MAX_CAS_RETRIES + 1):
