@@ -45,8 +45,8 @@ __all__ = ["Worker"]
 
 log = logging.getLogger("axengine.worker")
 
-#: Longest wait of a pop for the other lanes while the fast lane holds its share of the
-#: slots: how long a freed fast slot may stay empty while fast items wait.
+#: While the fast lane holds its share of the slots, how often the other lanes are
+#: looked at when nothing else happens (a freed fast slot is filled at once).
 CAPPED_POLL = 0.02
 
 #: Seconds the activity sent with a heartbeat covers: the thresholds of "work" are per
@@ -170,6 +170,9 @@ class Worker:
         self._capped_lanes = (others if others and FAST_LANE in self.lanes
                               and self.fast_slots < concurrency else None)
         self._fast_in_flight = 0
+        #: Set when a fast slot frees: the loop, waiting while the fast lane held its
+        #: share, pops again at once.
+        self._fast_freed = asyncio.Event()
         self.clock = clock
         self.runners: dict[str, Runner] = {THREAD: ThreadRunner(handler,
                                                                 concurrency=concurrency)}
@@ -187,10 +190,11 @@ class Worker:
         """Serve until ``stop`` is set, then finish the runs in flight.
 
         Each free slot pops one item. While the fast lane holds ``fast_slots`` of them,
-        the pop asks only for the other lanes and waits at most :data:`CAPPED_POLL`, so a
-        fast item waits at most that long after a fast slot frees (a pop is never
-        cancelled, since a cancelled Redis pop may strand its item in the processing
-        list).
+        the loop asks the other lanes without waiting and, when they are empty, waits
+        for a fast slot to free (at most :data:`CAPPED_POLL`, then it asks again): a
+        blocking pop cannot be cut short when a fast slot frees (a cancelled Redis pop
+        may strand its item in the processing list), and a freed fast slot must not
+        stay empty while fast items wait.
         """
         await self.queue.recover(self.worker_id)
         self._stop = stop
@@ -206,14 +210,21 @@ class Worker:
                 if stop.is_set():
                     slots.release()
                     break
-                lanes, timeout = self.lanes, self.poll_timeout
-                if self._capped_lanes is not None and \
-                        self._fast_in_flight >= self.fast_slots:
-                    # The pop cannot be cut short when a fast slot frees, so it waits
-                    # briefly: a freed fast slot is filled within CAPPED_POLL.
-                    lanes, timeout = self._capped_lanes, min(timeout, CAPPED_POLL)
-                item = await self.queue.pop(self.worker_id, lanes=lanes, timeout=timeout,
-                                            aging=self.aging_seconds)
+                capped = (self._capped_lanes is not None
+                          and self._fast_in_flight >= self.fast_slots)
+                if capped:
+                    self._fast_freed.clear()
+                    item = await self.queue.pop(self.worker_id, lanes=self._capped_lanes
+                                                or (), timeout=0, aging=self.aging_seconds)
+                    if item is None:
+                        slots.release()
+                        with contextlib.suppress(TimeoutError):
+                            await asyncio.wait_for(self._fast_freed.wait(), CAPPED_POLL)
+                        continue
+                else:
+                    item = await self.queue.pop(self.worker_id, lanes=self.lanes,
+                                                timeout=self.poll_timeout,
+                                                aging=self.aging_seconds)
                 if item is None:
                     slots.release()
                     continue
@@ -249,6 +260,7 @@ class Worker:
             # Before the slot: the loop that takes it must see the fast share free.
             if item.lane == FAST_LANE:
                 self._fast_in_flight -= 1
+                self._fast_freed.set()
             slots.release()
 
     async def process(self, item: WorkItem) -> str:
