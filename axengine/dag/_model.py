@@ -232,18 +232,26 @@ class Node:
     def targets(self) -> tuple[str, ...]:
         """Every node this node may lead to forward (edges, then ``on_failure``),
         deduplicated; a loop's back edge is not among them (:attr:`loop_edge`)."""
-        seen: dict[str, None] = {}
-        for edge in self.next:
-            if not edge.loops:
-                seen.setdefault(edge.target, None)
-        if self.on_failure:
-            seen.setdefault(self.on_failure, None)
-        return tuple(seen)
+        cached = self.__dict__.get("_targets")
+        if cached is None:  # (read on every decision: computed once per node)
+            seen: dict[str, None] = {}
+            for edge in self.next:
+                if not edge.loops:
+                    seen.setdefault(edge.target, None)
+            if self.on_failure:
+                seen.setdefault(self.on_failure, None)
+            cached = tuple(seen)
+            object.__setattr__(self, "_targets", cached)
+        return cached
 
     @property
     def loop_edge(self) -> Edge | None:
         """The back edge of a bounded loop this node closes, if any."""
-        return next((edge for edge in self.next if edge.loops), None)
+        if "_loop_edge" not in self.__dict__:
+            object.__setattr__(self, "_loop_edge",
+                               next((edge for edge in self.next if edge.loops), None))
+        edge: Edge | None = self.__dict__["_loop_edge"]
+        return edge
 
     @property
     def item_bound(self) -> int:
