@@ -356,3 +356,70 @@ def test_timeline_shows_where_the_time_went(ax_server: UiServer, browser: WebDri
         d, f'#node-panel .node-panel-body[data-node="{GATE}"] [data-field="decision"]'),
         "the gate's panel")
     assert browser.execute_script("return window.__axFirstLoad") == "kept"
+
+
+#: A map over the input, then a loop that drafts twice inside a sub-DAG (inline).
+DYNAMIC = """\
+name: dynamic_work
+nodes:
+  summarise:
+    type: tool_call
+    tool: echo
+    map: "{{ .input.sections }}"
+    input: "{{ .item | upper }}"
+    next: revise
+  revise:
+    type: dag
+    input: {summaries: "{{ .nodes.summarise.output }}"}
+    dag:
+      name: revise_until_done
+      nodes:
+        draft:
+          type: tool_call
+          tool: echo
+          input: {visit: "{{ .visit }}"}
+          next: check
+        check:
+          type: condition
+          expression: |
+            if .output.visit >= 2: done
+            else: again
+          next:
+            - {target: draft, when: again, max_visits: 3}
+"""
+
+
+def test_a_map_s_items_a_loop_s_visits_and_a_sub_dag_s_nodes_open_from_their_node(
+        ax_server: UiServer, browser: WebDriver) -> None:
+    task_id = submit(ax_server, DYNAMIC, {"sections": ["intro", "risks", "outlook"]})
+    task = wait_status(ax_server, task_id, "SUCCEEDED")
+    assert task["nodes"]["summarise"]["output"] == ["INTRO", "RISKS", "OUTLOOK"]
+
+    sign_in(browser, ax_server, "root")  # an admin: the Retry button is shown
+    browser.get(f"{ax_server.url}/ui/tasks/{task_id}?node=summarise")
+    items_css = '#node-panel [data-field="items"]'
+    listed = wait_for(browser, lambda d: text_of(d, items_css), "the map's items")
+    assert all(f"summarise[{i}]" in listed for i in range(3)), listed
+    assert "Items (3)" in text_of(browser, "#node-panel")
+    # An item opens its own panel: its input and output.
+    browser.find_element(By.CSS_SELECTOR, '[data-instance="summarise[1]"]').click()
+    item_css = '#node-panel .node-panel-body[data-node="summarise[1]"]'
+    item = wait_for(browser, lambda d: text_of(d, item_css), "the item's panel")
+    assert "RISKS" in item and "SUCCEEDED" in item
+    assert browser.current_url.endswith("?node=summarise%5B1%5D")
+
+    # The sub-DAG node lists its nodes; the loop's last node lists its earlier visit.
+    click_node(browser, "revise")
+    children = wait_for(browser, lambda d: text_of(d, '#node-panel [data-field="children"]'),
+                        "the sub-DAG's nodes")
+    assert "revise/draft" in children and "revise/check" in children
+    browser.find_element(By.CSS_SELECTOR, '[data-instance="revise/check"]').click()
+    visits = wait_for(browser, lambda d: text_of(d, '#node-panel [data-field="visits"]'),
+                      "the kept visit")
+    assert "revise/check#1" in visits
+    assert "condition" in text_of(browser, '#node-panel .panel-head')
+    assert console_errors(browser) == []
+    # Retry is offered from nodes of the task's DAG, not from instances of them.
+    button = browser.find_element(By.ID, "retry-node")
+    assert button.get_attribute("disabled") is not None
+    assert "retry from the node revise" in (button.get_attribute("title") or "")

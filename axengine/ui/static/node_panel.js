@@ -52,17 +52,53 @@ function effectsSection(effects) {
   })));
 }
 
+/** The instances of node `id` in the task: a map's items (id[3]), a loop's kept visits
+ * (id#2) and a sub-DAG's own nodes (id/check), in the order the API lists them. */
+export function instancesOf(task, id) {
+  const items = [];
+  const visits = [];
+  const children = [];
+  for (const key of Object.keys(task.nodes || {})) {
+    if (!key.startsWith(id) || key === id) continue;
+    const rest = key.slice(id.length);
+    if (/^\[\d+\]$/.test(rest)) items.push(key);
+    else if (/^#\d+$/.test(rest)) visits.push(key);
+    else if (/^\/[A-Za-z_][A-Za-z0-9_]*$/.test(rest)) children.push(key);
+  }
+  return {items, visits, children};
+}
+
+function instanceList(task, title, ids, field, onSelect) {
+  if (!ids.length) return null;
+  return section(`${title} (${ids.length})`, h('ul', {class: 'instances', 'data-field': field},
+    ids.map((key) => {
+      const state = task.nodes[key]?.state || '';
+      const link = h('a', {href: `${paths.task(task.task_id)}?node=${encodeURIComponent(key)}`,
+        class: 'mono', 'data-instance': key}, key);
+      if (onSelect) {
+        link.addEventListener('click', (event) => {
+          event.preventDefault();
+          onSelect(key);
+        });
+      }
+      return h('li', {'data-state': state}, h('span', {class: `dot s-${state}`}), link,
+        h('span', {class: 'muted small'}, ` ${state.toLowerCase()}`));
+    })));
+}
+
 /**
  * The panel of node `id` of `task` (GET /v1/tasks/{id}); `def` is its DAG definition.
- * `actions` (nodes or null) are appended under the heading (retry, decide link).
+ * `actions` (nodes or null) are appended under the heading (retry, decide link);
+ * `onSelect(id)` opens another node's panel (a map's item, a kept visit, a sub-DAG node).
  */
-export function nodePanel(task, id, def, actions) {
+export function nodePanel(task, id, def, actions, onSelect) {
   const snap = task.nodes?.[id];
   if (!snap) {
     return h('div', {class: 'panel-empty'}, `The task has no node ${id}.`);
   }
   const hops = snap.next_hops || [];
   const decision = snap.decision;
+  const {items, visits, children} = instancesOf(task, id);
   const progress = snap.progress_at
     ? [timeEl(snap.progress_at), snap.progress_marker
       ? h('div', {class: 'mono small'}, snap.progress_marker) : null]
@@ -90,6 +126,9 @@ export function nodePanel(task, id, def, actions) {
       snap.gate_until ? fact(snap.type === 'human_gateway' ? 'Decide by' : 'Paused until',
         timeEl(snap.gate_until)) : null,
       snap.paused_seconds ? fact('Paused for', duration(snap.paused_seconds)) : null),
+    instanceList(task, 'Items', items, 'items', onSelect),
+    instanceList(task, 'Earlier visits', visits, 'visits', onSelect),
+    instanceList(task, 'Sub-DAG nodes', children, 'children', onSelect),
     hops.length ? section('Next hops', h('ul', {class: 'hops'}, hops.map((hop) =>
       h('li', {class: hop.taken ? 'taken' : 'not-taken', 'data-target': hop.target},
         h('span', {class: 'hop-arrow'}, hop.taken ? '→ ' : '⇢ '),

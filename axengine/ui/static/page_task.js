@@ -47,13 +47,17 @@ export async function render(ctx) {
     header.update(task);
     header.setSelected(selected);
     fill(graphHost, renderGraph(dag, task.nodes, selected, select));
-    if (selected && dag.nodes[selected]) {
+    const def = definitionOf(dag, selected);
+    if (selected && def) {
       const actions = task.nodes[selected]?.state === 'PAUSED' &&
-        dag.nodes[selected].type === 'human_gateway' && hasRole('approve')
+        def.type === 'human_gateway' && hasRole('approve')
         ? h('p', {class: 'decide-hint'}, 'This gate waits for a decision: ',
           h('a', {href: paths.approvals()}, 'decide in the approvals inbox'), '.')
         : null;
-      fill(panel, nodePanel(task, selected, dag.nodes[selected], actions));
+      fill(panel, nodePanel(task, selected, def, actions, (id) => {
+        selected = '';
+        select(id);
+      }));
       panel.classList.add('open');
     } else {
       fill(panel, h('div', {class: 'panel-empty'},
@@ -97,6 +101,22 @@ export async function render(ctx) {
   const live = liveTask(ctx, taskId, refresh);
   draw();
   if (!isFinal(task)) live.ensure();
+}
+
+/** The definition of node `id` in the canonical DAG: a map's item (node[3]) and a kept
+ * visit (node#2) are their node's; a sub-DAG's node (review/check) is found inside its
+ * dag node's `dag`. Null when the DAG has no such node. */
+export function definitionOf(dag, id) {
+  if (!id) return null;
+  const path = id.replace(/(\[\d+\]|#\d+)$/, '').split('/');
+  let nodes = dag.nodes || {};
+  let def = null;
+  for (const part of path) {
+    def = Object.prototype.hasOwnProperty.call(nodes, part) ? nodes[part] : null;
+    if (!def) return null;
+    nodes = def.dag?.nodes || {};
+  }
+  return def;
 }
 
 function graphLegend() {

@@ -76,9 +76,13 @@ export function taskHeader(taskId, tab, onChanged) {
           onChanged();
         }})}, 'Cancel…');
     const snap = selected ? task.nodes?.[selected] : null;
-    const canRetry = Boolean(snap && RETRYABLE.includes(snap.state));
+    // A map's item, a kept visit or a sub-DAG's node is retried through its node.
+    const instance = /[[#/]/.test(selected);
+    const canRetry = Boolean(snap && RETRYABLE.includes(snap.state)) && !instance;
     const retry = h('button', {type: 'button', id: 'retry-node', disabled: !canRetry,
-      title: canRetry ? '' : 'select a finished node in the graph to retry from it',
+      title: canRetry ? '' : instance
+        ? `retry from the node ${selected.split(/[[#/]/)[0]} (it runs this one again)`
+        : 'select a finished node in the graph to retry from it',
       onclick: () => confirmBox(confirmHost, {
         message: `Re-run ${selected} and everything after it?`,
         confirmLabel: `Retry from ${selected}`, onConfirm: async () => {
