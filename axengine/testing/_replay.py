@@ -34,12 +34,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from axengine.config import AxConfig
-from axengine.dag import Dag
+from axengine.dag import Dag, base_id
 from axengine.engine import NodeState, Snapshot, TaskStatus
+from axengine.engine._expand import parent_of
 from axengine.errors import AxError
 from axengine.fixtures import committed_nodes, fixture_snapshots, load_fixture
 from axengine.local import load_any_dag
-from axengine.testing._stubs import HANDLER_TYPES, NOT_RECORDED
+from axengine.testing._stubs import HANDLER_TYPES, NOT_RECORDED, calls
 from axengine.wire import RunResult
 from executors.contract import Failure, Handler, Paused, Success
 
@@ -239,6 +240,25 @@ def decision_diffs(recorded: Mapping[str, Snapshot], replayed: Mapping[str, Snap
     return diffs
 
 
+def _answer(snap: Snapshot | None) -> Success | Failure | Paused:
+    """What a recorded run of a node answered (paused: the recording has no answer)."""
+    if snap is not None and snap.state is NodeState.SUCCEEDED:
+        return Success(snap.output)
+    if snap is not None and snap.state is NodeState.FAILED:
+        return Failure(snap.error, retryable=False)
+    return Paused(NOT_RECORDED)
+
+
+@dataclass(frozen=True)
+class _ItemAnswers:
+    """A map node's recorded answers, by item (``node[3]``)."""
+
+    items: Mapping[str, Success | Failure | Paused]
+
+    def __call__(self, request: Any) -> Success | Failure | Paused:
+        return self.items.get(request.node_id, Paused(NOT_RECORDED))
+
+
 def recorded_answers(recorded: Mapping[str, Snapshot], dag: Dag
                      ) -> tuple[dict[str, Any], dict[str, Decision]]:
     """Stubs and gate decisions that make ``dag``'s nodes answer what they answered in
@@ -247,13 +267,19 @@ def recorded_answers(recorded: Mapping[str, Snapshot], dag: Dag
     decide: dict[str, Decision] = {}
     for node in dag.nodes.values():
         snap = recorded.get(node.id)
-        if node.type in HANDLER_TYPES:
-            if snap is not None and snap.state is NodeState.SUCCEEDED:
-                stubs[node.id] = Success(snap.output)
-            elif snap is not None and snap.state is NodeState.FAILED:
-                stubs[node.id] = Failure(snap.error, retryable=False)
-            else:
-                stubs[node.id] = Paused(NOT_RECORDED)
+        if node.type in HANDLER_TYPES and node.map is not None:
+            # A map: each item answers what that item answered.
+            items = {k: _answer(s) for k, s in recorded.items()
+                     if (found := parent_of(k)) is not None and found[0] == node.id}
+            stubs[node.id] = _ItemAnswers(items)
+        elif node.type in HANDLER_TYPES and dag.loop_of(node.id) is not None:
+            # A loop's node: each visit answers what that visit answered, in order.
+            visits = sorted((max(s.visit, 1), k) for k, s in recorded.items()
+                            if base_id(k) == node.id and "[" not in k)
+            stubs[node.id] = (calls(*(_answer(recorded[k]) for _, k in visits)) if visits
+                              else Paused(NOT_RECORDED))
+        elif node.type in HANDLER_TYPES:
+            stubs[node.id] = _answer(snap)
         elif node.type == "human_gateway" and snap is not None and snap.decision:
             value: dict[str, Any] = {"decision": snap.decision.get("decision"),
                                      "comment": snap.decision.get("comment", "")}

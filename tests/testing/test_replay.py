@@ -142,3 +142,34 @@ def test_replay_fixture_keeps_its_old_contract(tmp_path: Path) -> None:
     assert replay.result.status == "SUCCEEDED" and replay.rerun == []
     assert replay.executed[0] == "extract_metrics"
     assert json.loads((LEGACY_FIXTURES / "financial_timeout.json").read_text())["version"] == 1
+
+
+def test_a_recorded_map_and_loop_replay_item_by_item_and_visit_by_visit(
+        tmp_path: Path, ax_replay: Callable[..., Replay]) -> None:
+    """Each item answers what it answered and each visit of a loop's node what that
+    visit answered, so the re-run of dags/report_digest.yaml takes the recorded path."""
+    import asyncio
+
+    from axengine.config import AxConfig
+    from axengine.fixtures import export_task
+    from axengine.local import LocalSession
+
+    digest = FINANCIAL.parent / "report_digest.yaml"
+    report = {"pdf_url": str(FINANCIAL.parent / "inputs" / "acme_annual_report.pdf")}
+
+    async def record() -> tuple[dict[str, object], list[str]]:
+        async with LocalSession(AxConfig(home=tmp_path / "home")) as session:
+            task_id = await session.submit(digest, report)
+            result = await session.wait(task_id)
+            return await export_task(session.engine, task_id), list(result.path)
+
+    fixture, path = asyncio.run(record())
+    assert path.count("draft_digest") == 2 and "summarise_sections[8]" in path
+    replay = ax_replay(fixture, dag=digest)
+    assert replay.ok and replay.rerun == []
+    assert replay.check is not None
+    assert replay.check.path.count("draft_digest") == 2
+    assert sorted(n for n in replay.check.path if "[" in n) == sorted(
+        n for n in path if "[" in n)
+    assert replay.check.outputs["summarise_sections"] == \
+        replay.result.outputs["summarise_sections"]
