@@ -6,7 +6,9 @@ that committed it, and the final path equals the cached next hops."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -16,7 +18,7 @@ from axengine.engine import Engine, EngineConfig, NodeState
 from axengine.engine._rules import RuleConfig
 from axengine.queue.inprocess import InProcessQueue
 from axengine.store.embedded import SqliteStore
-from executors.contract import Failure, Success
+from executors.contract import Failure, Outcome, Success
 from tests.engine.conftest import FakeClock
 
 TOOLS = {"echo"}
@@ -94,34 +96,8 @@ async def _scenario(base: Path, dag: Dag, script: list[tuple[str, object, object
                                         rules=RuleConfig(backoff_base=0.5, backoff_cap=2.0)))
     try:
         task = (await engine.submit(dag, {"seed": seed})).task_id
-        held: dict[str, list[tuple[str, int]]] = {"A": [], "B": []}
-
-        async def states() -> dict[str, NodeState]:
-            view = await engine.get_task(task)
-            return {n: s.state for n, s in view.snapshots.items()}
-
-        for op, who, idx in script:
-            if op == "claim":
-                candidates = sorted(n for n, s in (await states()).items()
-                                    if s in (NodeState.WAITING, NodeState.RUNNING))
-                if candidates:
-                    node = candidates[int(idx) % len(candidates)]  # type: ignore[call-overload]
-                    res = await engine.claim(task, node, worker=str(who))
-                    if res.result == "claimed":
-                        held[str(who)].append((node, res.request.fence))
-            elif op in ("complete", "fail") and held[str(who)]:
-                node, fence = held[str(who)].pop(int(idx) % len(held[str(who)]))  # type: ignore[call-overload]
-                outcome = (Success({"v": value_of(node, seed), "fence": fence})
-                           if op == "complete" else Failure("flaky", retryable=True))
-                await engine.complete(task, node, fence=fence, outcome=outcome)
-            elif op == "advance":
-                clock.advance(float(who))  # type: ignore[arg-type]
-            elif op == "crash":
-                held[str(who)].clear()
-            elif op == "expire":
-                for node, state in (await states()).items():
-                    if state is NodeState.RUNNING:
-                        await engine.expire(task, node)
+        await play_script(engine, clock, task, script, lambda node, fence, _: Success(
+            {"v": value_of(node, seed), "fence": fence}))
 
         # Drain with a healthy worker: nothing may be lost.
         for _ in range(500):
@@ -144,6 +120,48 @@ async def _scenario(base: Path, dag: Dag, script: list[tuple[str, object, object
         await assert_finished_cleanly(engine, task, dag, seed)
     finally:
         await store.close()
+
+
+#: What a worker answers for ``(node, fence, the request's input)`` on ``complete``.
+Answer = Callable[[str, int, Any], Outcome]
+
+
+async def play_script(engine: Engine, clock: FakeClock, task: str,
+                      script: list[tuple[str, object, object]], answer: Answer) -> None:
+    """Play a script of :data:`OP_STEPS` against ``task``: workers A and B claim among
+    the waiting or running nodes, complete (with ``answer``) or fail (retryable) what
+    they hold, lose what they hold (crash), the clock advances, the reconciler expires
+    running nodes."""
+    held: dict[str, list[tuple[str, int, Any]]] = {"A": [], "B": []}
+
+    async def states() -> dict[str, NodeState]:
+        view = await engine.get_task(task)
+        return {n: s.state for n, s in view.snapshots.items()}
+
+    for op, who, idx in script:
+        if op == "claim":
+            candidates = sorted(n for n, s in (await states()).items()
+                                if s in (NodeState.WAITING, NodeState.RUNNING))
+            if candidates:
+                node = candidates[int(idx) % len(candidates)]  # type: ignore[call-overload]
+                res = await engine.claim(task, node, worker=str(who))
+                if res.result == "claimed":
+                    assert res.request is not None
+                    held[str(who)].append((node, res.request.fence, res.request.input))
+        elif op in ("complete", "fail") and held[str(who)]:
+            node, fence, given = held[str(who)].pop(
+                int(idx) % len(held[str(who)]))  # type: ignore[call-overload]
+            outcome = (answer(node, fence, given) if op == "complete"
+                       else Failure("flaky", retryable=True))
+            await engine.complete(task, node, fence=fence, outcome=outcome)
+        elif op == "advance":
+            clock.advance(float(who))  # type: ignore[arg-type]
+        elif op == "crash":
+            held[str(who)].clear()
+        elif op == "expire":
+            for node, state in (await states()).items():
+                if state is NodeState.RUNNING:
+                    await engine.expire(task, node)
 
 
 async def assert_finished_cleanly(engine: Engine, task: str, dag: Dag, seed: int) -> None:

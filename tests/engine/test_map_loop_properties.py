@@ -23,7 +23,7 @@ from axengine.queue.inprocess import InProcessQueue
 from axengine.store.embedded import SqliteStore
 from executors.contract import Failure, Success
 from tests.engine.conftest import FakeClock
-from tests.engine.test_interleavings import OP_STEPS
+from tests.engine.test_interleavings import OP_STEPS, play_script
 
 FINAL = {NodeState.SUCCEEDED, NodeState.FAILED, NodeState.SKIPPED, NodeState.CANCELLED,
          NodeState.DEAD}
@@ -99,10 +99,8 @@ async def _scenario(base: Path, shape: dict[str, Any],
                                         rules=RuleConfig(backoff_base=0.5, backoff_cap=2.0)))
     try:
         task = (await engine.submit(dag, {"items": shape["items"]})).task_id
-        held: dict[str, list[tuple[str, int, Any]]] = {"A": [], "B": []}
-
-        async def snaps() -> dict[str, Any]:
-            return dict((await engine.get_task(task)).snapshots)
+        await play_script(engine, clock, task, script,
+                          lambda node, fence, given: answer(node, given, shape, fence))
 
         async def run_one(worker: str, node: str) -> bool:
             res = await engine.claim(task, node, worker=worker)
@@ -110,30 +108,6 @@ async def _scenario(base: Path, shape: dict[str, Any],
                 await engine.complete(task, node, fence=res.request.fence, outcome=answer(
                     node, res.request.input, shape, res.request.fence))
             return res.result == "claimed"
-
-        for op, who, idx in script:
-            if op == "claim":
-                candidates = sorted(n for n, s in (await snaps()).items()
-                                    if s.state in (NodeState.WAITING, NodeState.RUNNING))
-                if candidates:
-                    node = candidates[int(idx) % len(candidates)]  # type: ignore[call-overload]
-                    res = await engine.claim(task, node, worker=str(who))
-                    if res.result == "claimed":
-                        held[str(who)].append((node, res.request.fence, res.request.input))
-            elif op in ("complete", "fail") and held[str(who)]:
-                node, fence, given = held[str(who)].pop(
-                    int(idx) % len(held[str(who)]))  # type: ignore[call-overload]
-                outcome = (answer(node, given, shape, fence) if op == "complete"
-                           else Failure("flaky", retryable=True))
-                await engine.complete(task, node, fence=fence, outcome=outcome)
-            elif op == "advance":
-                clock.advance(float(who))  # type: ignore[arg-type]
-            elif op == "crash":
-                held[str(who)].clear()
-            elif op == "expire":
-                for node, snap in (await snaps()).items():
-                    if snap.state is NodeState.RUNNING:
-                        await engine.expire(task, node)
 
         for _ in range(400):  # a healthy worker drains the task: nothing may be lost
             view = await engine.get_task(task)
