@@ -171,3 +171,23 @@ def test_fork_refusals_exit_1_with_the_reason(
                "extract_metrics.output={}", "--home", home]) == 2
     assert "only the fork point's output" in capsys.readouterr().err
     assert ax(["tasks", "diff", source, "t-missing", "--home", home]) == 1
+
+
+def test_a_large_map_is_summarised_in_the_table_and_the_path(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    dag = tmp_path / "bigmap.yaml"
+    dag.write_text('name: bigmap\nnodes:\n  fan:\n    type: tool_call\n    tool: echo\n'
+                   '    map: "{{ range(40) | list }}"\n    input: "{{ .item }}"\n'
+                   '    next: done\n  done:\n    type: tool_call\n    tool: echo\n'
+                   '    input: "{{ .nodes.fan.output | length }}"\n')
+    home = str(tmp_path / "home")
+    assert ax(["run", str(dag), "--home", home, "--quiet"]) == 0
+    out = capsys.readouterr().out
+    task = out.split("task ")[-1].split()[0]
+    assert "path: fan[40 items] -> fan -> done" in out
+    assert "fan[7] " in out and "fan[8] " not in out
+    assert "fan[8..39]" in out and "32 more items: 32 SUCCEEDED" in out
+    assert f"ax tasks show {task} --all" in out
+    assert ax(["tasks", "show", task, "--home", home, "--all"]) == 0
+    every = capsys.readouterr().out
+    assert all(f"fan[{i}] " in every for i in range(40)) and "more items" not in every

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -93,6 +94,28 @@ def parse_json_arg(value: str | None, what: str) -> Any:
             from exc
 
 
+def _item_of(node_id: str) -> tuple[str, int] | None:
+    """``(map node, index)`` of a map item's id."""
+    base, bracket, rest = node_id.partition("[")
+    return (base, int(rest[:-1])) if bracket and rest[:-1].isdigit() else None
+
+
+def display_path(path: Sequence[str]) -> str:
+    """A task's path for people: a map's items as one step, where the first one
+    committed (``summarise[9 items]``), the rest in commit order."""
+    counts = Counter(item[0] for n in path if (item := _item_of(n)) is not None)
+    shown: list[str] = []
+    maps: set[str] = set()
+    for nid in path:
+        item = _item_of(nid)
+        if item is None or counts[item[0]] <= 3:
+            shown.append(nid)
+        elif item[0] not in maps:
+            maps.add(item[0])
+            shown.append(f"{item[0]}[{counts[item[0]]} items]")
+    return " -> ".join(shown)
+
+
 def format_event(event: Event, t0: float) -> str:
     detail = f"  {event.detail}" if event.detail else ""
     attempt = f" #{event.attempt}" if event.kind == "claimed" else ""
@@ -100,14 +123,42 @@ def format_event(event: Event, t0: float) -> str:
     return f"  +{event.at - t0:7.2f}s  {who:<24} {event.kind}{attempt}{detail}"
 
 
-def node_table(view: TaskView) -> str:
+#: A map's items shown one row each up to this many; the rest as one summary row.
+ITEM_ROWS = 8
+
+
+def node_table(view: TaskView, *, every_item: bool = False) -> str:
+    """The task's nodes, one row each — a map's items after its node: all of them up to
+    ``ITEM_ROWS + 2``, else the first :data:`ITEM_ROWS` and a row counting the others
+    by state (``every_item``: all of them)."""
     rows = [("NODE", "TYPE", "STATE", "ATTEMPT", "FENCE", "NEXT / ERROR")]
+    rest: dict[str, list[str]] = {}  # map node -> states of the items not shown
+
+    def flush() -> None:
+        for parent, states in rest.items():
+            tally = ", ".join(f"{n} {s}" for s, n in sorted(Counter(states).items()))
+            first = ITEM_ROWS
+            rows.append((f"{parent}[{first}..{first + len(states) - 1}]",
+                         view.dag.node(parent).type, "", "", "",
+                         f"{len(states)} more items: {tally} "
+                         f"(ax tasks show {view.task.task_id} --all)"))
+        rest.clear()
+
     for nid, snap in view.snapshots.items():
         node = view.dag.node(nid)
+        item = _item_of(nid)
+        if item is None or item[0] not in rest:
+            flush()
+        if item is not None and not every_item and item[1] >= ITEM_ROWS:
+            parent = view.snapshots.get(item[0])
+            if parent is not None and parent.items_started > ITEM_ROWS + 2:
+                rest.setdefault(item[0], []).append(snap.state.value)
+                continue
         taken = ", ".join(h.target_node_id for h in snap.next_hops if h.is_taken)
         note = snap.error or snap.evidence or (f"-> {taken}" if taken else "")
         rows.append((nid, node.type, snap.state.value, str(snap.attempt), str(snap.fence),
                      note[:70]))
+    flush()
     widths = [max(len(r[i]) for r in rows) for i in range(5)]
     return "\n".join(
         "  " + "  ".join(c.ljust(w) for c, w in zip(r[:5], widths, strict=True)) + "  " + r[5]

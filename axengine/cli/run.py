@@ -22,6 +22,7 @@ from axengine.cli._common import (
     EXIT_PAUSED,
     add_home,
     config_of,
+    display_path,
     fail,
     format_event,
     node_table,
@@ -373,7 +374,7 @@ def _summary(args: argparse.Namespace, result: RunResult, view: TaskView, elapse
         print()
         print(node_table(view))
         print(f"\n{result.status} in {elapsed:.2f}s — task {result.task_id}")
-        print("path: " + (" -> ".join(result.path) or "(nothing committed)"))
+        print("path: " + (display_path(result.path) or "(nothing committed)"))
     if result.status == "SUCCEEDED":
         return EXIT_OK
     where = remote.flags() if remote else (f" --home {args.home}" if args.home else "")

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from axengine.cli._common import (
     EXIT_FAILED,
     EXIT_OK,
+    ITEM_ROWS,
     add_home,
     fail,
     node_table,
@@ -117,6 +118,8 @@ def register(sub: Any) -> None:
     sp = tsub.add_parser("show", help="node table and timeline of a task")
     sp.add_argument("task", help="the task id")
     sp.add_argument("--json", action="store_true", help="print the task as JSON")
+    sp.add_argument("--all", action="store_true", dest="every_item",
+                    help=f"every item of a map (without: the first {ITEM_ROWS} and a count)")
     add_home(sp)
     add_remote(sp)
     sp.set_defaults(func=pipe_safe(cmd_show))
@@ -205,7 +208,7 @@ def _print_show(args: argparse.Namespace, view: TaskView, events: Sequence[Event
           f"finished {_when(t.finished_at)}"
           + (f"  deadline {_when(t.deadline)}" if t.deadline else ""))
     print()
-    print(node_table(view))
+    print(node_table(view, every_item=args.every_item))
     print("\ntimeline:")
     print_timeline(events)
     return EXIT_OK
