@@ -130,11 +130,9 @@ def plan_fork(dag: Dag, source: TaskRecord, snapshots: Mapping[str, Snapshot],
             source.priority, span]),
     )
     rerun = {from_node, *rules._descendants(dag, from_node)}
-    # The items and kept loop visits of the nodes the fork runs again are not its
-    # history: they are made again as those nodes run.
     view = View(dag=dag, task=task, task_rev=0,
                 snaps={n: replace(s, task_id=fork_id) for n, s in snapshots.items()
-                       if n == base_id(n) or base_id(n) not in rerun},
+                       if _shared(dag, n, rerun, from_node)},
                 outputs=dict(outputs or {}), inputs=dict(inputs or {}),
                 task_input=task_input, task_input_loaded=True)
     forked = Event(task_id=fork_id, event_id=ids(), kind="forked", at=now, node_id=from_node,
@@ -207,6 +205,18 @@ async def fork_task(engine: Engine, task_id: str, from_node: str, *, output: Any
         await engine.queue.enqueue([WorkItem(new_id, node_id, dag.node(node_id).lane,
                                              priority=fork.task.priority)], delay=delay)
     return new_id
+
+
+def _shared(dag: Dag, node_id: str, rerun: set[str], from_node: str) -> bool:
+    """Whether the fork keeps ``node_id``'s snapshot as shared history: every node's
+    but the items of a map it runs again (made again as it runs) and the kept visits of
+    a loop it runs again from before the loop (its visits count from the first again);
+    a fork from inside a loop keeps the visits before."""
+    base = base_id(node_id)
+    if node_id == base or base not in rerun:
+        return True
+    closer = dag.loop_of(base)
+    return "#" in node_id and closer is not None and from_node in dag.loops[closer]
 
 
 def _decided(view: View, rule: Callable[[], rules.Plan]) -> rules.Plan:

@@ -411,3 +411,41 @@ nodes:
     # The map's items are shared history of the fork; publish ran again.
     assert forked.states["summarise[0]"] == "SUCCEEDED"
     assert forked.outputs["publish"] == first.outputs["publish"]
+
+
+def test_a_fork_from_inside_a_loop_keeps_the_earlier_visits(tmp_path: Path) -> None:
+    from axengine.config import AxConfig
+    from axengine.local import LocalSession
+    from executors.contract import NodeContext, NodeRequest, Outcome
+
+    dag = dag_of(LOOP)
+    verdicts = {"review": {"approved": False, "feedback": "more"}}
+
+    def handler(request: NodeRequest, ctx: NodeContext) -> Outcome:
+        if request.node_id == "draft":
+            return Success(drafter(request))
+        if request.node_id == "review":
+            return Success({**verdicts["review"], "visit": request.input["visit"]})
+        return Success(request.input)
+
+    async def main() -> tuple[Any, Any]:
+        async with LocalSession(AxConfig(home=tmp_path), handler=handler) as s:
+            source = await s.submit(dag, {})
+            first = await s.wait(source)
+            verdicts["review"] = {"approved": True, "feedback": "fine"}
+            fork = await fork_task(s.engine, source, "review", by="ops")
+            return first, await s.engine.get_task(await _final(s, fork))
+
+    async def _final(s: Any, task_id: str) -> str:
+        await s.wait(task_id)
+        return task_id
+
+    first, forked = asyncio.run(main())
+    assert first.path == ["draft", "review"] * 3 + ["escalate"]
+    # The fork re-runs review at its third visit: the first two are shared history.
+    snaps = forked.snapshots
+    assert snaps["review#1"].state is NodeState.SUCCEEDED
+    assert snaps["review#2"].state is NodeState.SUCCEEDED
+    assert max(snaps["review"].visit, 1) == 3
+    assert snaps["publish"].state is NodeState.SUCCEEDED
+    assert snaps["escalate"].state is NodeState.SKIPPED
