@@ -185,6 +185,8 @@ def node_json(snap: Snapshot, node_type: str,
         "started_at": snap.started_at, "finished_at": snap.finished_at,
         "gate_until": snap.gate_until, "paused_seconds": snap.paused_seconds,
         "checkpoint": snap.checkpoint, "resume": snap.resume,
+        "items": snap.items, "items_started": snap.items_started,
+        "items_done": snap.items_done, "visit": snap.visit,
         "effects": [{"key": e.key, "state": e.state, "updated_at": e.updated_at,
                      "result": dict(e.result) if e.result is not None else None}
                     for e in effects],
@@ -214,6 +216,8 @@ def node_from_json(task_id: str, node_id: str, data: Mapping[str, Any]) -> Snaps
         finished_at=num("finished_at"), paused_seconds=num("paused_seconds"),
         gate_until=num("gate_until"), decision=dict(decision) if decision is not None else None,
         checkpoint=data.get("checkpoint"), resume=data.get("resume"),
+        items=int(data.get("items") or 0), items_started=int(data.get("items_started") or 0),
+        items_done=int(data.get("items_done") or 0), visit=int(data.get("visit") or 0),
     )
 
 

@@ -75,7 +75,9 @@ SNAPSHOTS = st.builds(
     next_hops=st.lists(st.builds(NextHop, TEXT, st.booleans()), max_size=3).map(tuple),
     error=TEXT, error_retryable=st.booleans(), evidence=TEXT, ready_at=TIMES,
     not_before=TIMES, started_at=TIMES, finished_at=TIMES, paused_seconds=TIMES,
-    gate_until=TIMES, decision=st.none() | st.dictionaries(TEXT, JSON, max_size=3))
+    gate_until=TIMES, decision=st.none() | st.dictionaries(TEXT, JSON, max_size=3),
+    items=st.integers(0, 10**5), items_started=st.integers(0, 10**5),
+    items_done=st.integers(0, 10**5), visit=st.integers(0, 100))
 
 
 @given(SNAPSHOTS)

@@ -162,6 +162,14 @@ class NodeJson(_Strict):
     paused_seconds: float
     checkpoint: Any = Field(None, description="what a paused run left for the next run")
     resume: Any = Field(None, description="the data the node was resumed with")
+    items: int = Field(0, description="a map node: items in its expansion (its items are "
+                       "the nodes {node_id}[0], [1], ...)")
+    items_started: int = Field(0, description="a map node: items started so far; a "
+                               "sub-DAG node: 0")
+    items_done: int = Field(0, description="a map node: items ended; a sub-DAG node: its "
+                            "DAG's last nodes decided, of `items`")
+    visit: int = Field(0, description="a node in a bounded loop: its visit (0 or 1: the "
+                       "first); earlier visits are the nodes {node_id}#1, #2, ...")
     effects: list[EffectJson] = Field(
         default_factory=list, description="the node's outbox records (side effects), "
         "oldest first; listed by GET /v1/tasks/{task_id} only")

@@ -423,3 +423,8 @@ def test_a_map_s_items_a_loop_s_visits_and_a_sub_dag_s_nodes_open_from_their_nod
     button = browser.find_element(By.ID, "retry-node")
     assert button.get_attribute("disabled") is not None
     assert "retry from the node revise" in (button.get_attribute("title") or "")
+    # The graph says how far the map went (items done of all).
+    browser.get(f"{ax_server.url}/ui/tasks/{task_id}")
+    label = wait_for(browser, lambda d: text_of(d, 'g.gnode[data-node="summarise"]'),
+                     "the map node's box")
+    assert "3/3" in label, label

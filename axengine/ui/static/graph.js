@@ -62,9 +62,12 @@ function arrowMarker(id) {
 function subtitle(def, snap) {
   const kind = def.type === 'tool_call' && def.tool ? `tool ${def.tool}`
     : def.type === 'llm_call' && def.model ? `llm ${def.model}` : def.type;
-  if (!snap) return kind;
-  const attempt = snap.attempt > 1 ? ` · #${snap.attempt}` : '';
-  return `${short(kind, 16)} · ${snap.state}${attempt}`;
+  if (!snap) return def.map ? `${short(kind, 16)} · map` : kind;
+  // A map's items done of all; a loop node's visit (from the second on).
+  const more = def.map && snap.items ? ` · ${snap.items_done}/${snap.items}`
+    : snap.visit > 1 ? ` · visit ${snap.visit}` : '';
+  const attempt = snap.attempt > 1 && !def.map ? ` · #${snap.attempt}` : '';
+  return `${short(kind, more ? 8 : 16)} · ${snap.state}${more}${attempt}`;
 }
 
 /**
