@@ -112,15 +112,21 @@ def text_of(driver: WebDriver, css: str) -> str:
     return found
 
 
-def click_node(driver: WebDriver, node: str) -> None:
-    """Click a node of the graph (again, if a redraw replaced it under the click)."""
+def click(driver: WebDriver, css: str) -> None:
+    """Click the element ``css`` selects (again, if a redraw of the live page replaced it
+    between finding it and clicking it)."""
 
-    def click(d: WebDriver) -> bool:
-        d.find_element(By.CSS_SELECTOR, f'g.gnode[data-node="{node}"]').click()
+    def clicked(d: WebDriver) -> bool:
+        d.find_element(By.CSS_SELECTOR, css).click()
         return True
 
     WebDriverWait(driver, WAIT, ignored_exceptions=[StaleElementReferenceException]).until(
-        click, message=f"could not click {node}")
+        clicked, message=f"could not click {css}")
+
+
+def click_node(driver: WebDriver, node: str) -> None:
+    """Click a node of the graph."""
+    click(driver, f'g.gnode[data-node="{node}"]')
 
 
 def screenshot(driver: WebDriver, name: str) -> Path:
@@ -351,7 +357,7 @@ def test_timeline_shows_where_the_time_went(ax_server: UiServer, browser: WebDri
     assert console_errors(browser) == []
     screenshot(browser, "ui-timeline.png")
     # A row's name leads to the node's panel on the task page, in the same page.
-    browser.find_element(By.CSS_SELECTOR, f'g.trow[data-node="{GATE}"] a').click()
+    click(browser, f'g.trow[data-node="{GATE}"] a')
     wait_for(browser, lambda d: "timeline" in text_of(
         d, f'#node-panel .node-panel-body[data-node="{GATE}"] [data-field="decision"]'),
         "the gate's panel")
@@ -402,7 +408,7 @@ def test_a_map_s_items_a_loop_s_visits_and_a_sub_dag_s_nodes_open_from_their_nod
     assert all(f"summarise[{i}]" in listed for i in range(3)), listed
     assert "Items (3)" in text_of(browser, "#node-panel")
     # An item opens its own panel: its input and output.
-    browser.find_element(By.CSS_SELECTOR, '[data-instance="summarise[1]"]').click()
+    click(browser, '[data-instance="summarise[1]"]')
     item_css = '#node-panel .node-panel-body[data-node="summarise[1]"]'
     item = wait_for(browser, lambda d: text_of(d, item_css), "the item's panel")
     assert "RISKS" in item and "SUCCEEDED" in item
@@ -413,7 +419,7 @@ def test_a_map_s_items_a_loop_s_visits_and_a_sub_dag_s_nodes_open_from_their_nod
     children = wait_for(browser, lambda d: text_of(d, '#node-panel [data-field="children"]'),
                         "the sub-DAG's nodes")
     assert "revise/draft" in children and "revise/check" in children
-    browser.find_element(By.CSS_SELECTOR, '[data-instance="revise/check"]').click()
+    click(browser, '[data-instance="revise/check"]')
     visits = wait_for(browser, lambda d: text_of(d, '#node-panel [data-field="visits"]'),
                       "the kept visit")
     assert "revise/check#1" in visits
