@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any
 from axengine.cli._common import EXIT_FAILED, EXIT_OK, add_home, fail
 from axengine.cli._remote import add_remote, remote_of, with_client
 from axengine.cli._runtime import with_engine
-from axengine.dag import Dag
 from axengine.engine import RERUN, Engine, NodeState, Snapshot, TaskView, fork_task
 from axengine.errors import AxError, Conflict, InputError, NotFound
 
@@ -125,23 +124,6 @@ def _forked(args: argparse.Namespace, fork: str, flags: str) -> None:
 # ---------------------------------------------------------------------------- diff
 
 
-def _order(dag: Dag) -> list[str]:
-    """The DAG's nodes in topological order, ties in document order (deterministic)."""
-    preds = dag.predecessors
-    left = {n: len(preds[n]) for n in dag.nodes}
-    ready = [n for n in dag.nodes if not left[n]]
-    out: list[str] = []
-    while ready:
-        nid = ready.pop(0)
-        out.append(nid)
-        for target in dag.nodes[nid].targets:
-            left[target] -= 1
-            if not left[target]:
-                ready.append(target)
-        ready.sort(key=list(dag.nodes).index)
-    return out
-
-
 def _node(snap: Snapshot | None) -> dict[str, Any]:
     if snap is None:
         return {"state": "-", "taken": [], "output": None}
@@ -159,7 +141,7 @@ def diff_tasks(a: TaskView, b: TaskView) -> dict[str, Any]:
     """Two tasks side by side: every node (in ``a``'s DAG order, then nodes only ``b``
     has) with its state, taken edges and whether it differs; each task's path (the
     nodes it ran, in DAG order) and the differing nodes."""
-    order = _order(a.dag) + [n for n in _order(b.dag) if n not in a.dag.nodes]
+    order = [*a.dag.graph_order, *(n for n in b.dag.graph_order if n not in a.dag.nodes)]
     nodes = []
     for nid in order:
         left, right = _node(a.snapshots.get(nid)), _node(b.snapshots.get(nid))

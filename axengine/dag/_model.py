@@ -498,6 +498,28 @@ class Dag:
         return cached
 
     @property
+    def graph_order(self) -> tuple[str, ...]:
+        """The nodes in graph order: each after its predecessors, ties in document
+        order (deterministic)."""
+        cached = self.__dict__.get("_graph_order")
+        if cached is None:
+            position = {nid: i for i, nid in enumerate(self.nodes)}
+            left = {nid: len(preds) for nid, preds in self.predecessors.items()}
+            ready = [nid for nid in self.nodes if not left[nid]]
+            out: list[str] = []
+            while ready:
+                nid = ready.pop(0)
+                out.append(nid)
+                for target in self.nodes[nid].targets:
+                    left[target] -= 1
+                    if not left[target]:
+                        ready.append(target)
+                ready.sort(key=position.__getitem__)
+            cached = tuple(out)
+            object.__setattr__(self, "_graph_order", cached)
+        return cached
+
+    @property
     def entry_nodes(self) -> tuple[str, ...]:
         """Nodes without predecessors, in document order (a sub-DAG's own entry nodes
         start with its ``dag`` node, not with the task)."""

@@ -149,22 +149,6 @@ class Replay:
 # ------------------------------------------------------------------ comparing, pure
 
 
-def _order(dag: Dag) -> list[str]:
-    """Node ids in graph order (a node after its predecessors; document order ties)."""
-    left = {n: len(dag.predecessors[n]) for n in dag.nodes}
-    ready = [n for n in dag.nodes if left[n] == 0]
-    out: list[str] = []
-    while ready:
-        node = ready.pop(0)
-        out.append(node)
-        for target in dag.nodes[node].targets:
-            left[target] -= 1
-            if left[target] == 0:
-                ready.append(target)
-        ready.sort(key=list(dag.nodes).index)
-    return out
-
-
 def _taken(snap: Snapshot) -> list[str]:
     return [h.target_node_id for h in snap.next_hops if h.is_taken]
 
@@ -215,8 +199,8 @@ def decision_diffs(recorded: Mapping[str, Snapshot], replayed: Mapping[str, Snap
     new in the replayed DAG differs only when the recording is of a finished task and
     the replay reached it.
     """
-    order = _order(recorded_dag) + [n for n in _order(replayed_dag)
-                                    if n not in recorded_dag.nodes]
+    order = [*recorded_dag.graph_order,
+             *(n for n in replayed_dag.graph_order if n not in recorded_dag.nodes)]
     diffs: list[HopDiff] = []
     for node in order:
         rec, rep = recorded.get(node), replayed.get(node)
