@@ -230,7 +230,7 @@ def _decided(view: View, rule: Callable[[], rules.Plan]) -> rules.Plan:
             if not fresh or len(fresh) != len(need.nodes) or need.outputs or need.inputs:
                 raise AssertionError(f"fork view is missing state: {vars(need)}") from None
             for nid in fresh:
-                view.snaps[nid] = Snapshot(task_id=view.task.task_id, node_id=nid)
+                view.absent(nid)
 
 
 def _ids(now: float) -> Callable[[], str]:

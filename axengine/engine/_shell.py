@@ -193,10 +193,7 @@ class Engine(EngineReads):
             for key, nid in keys.items():
                 kv = found.get(key)
                 if kv is None and nid != base_id(nid):
-                    # A map's item not started yet, or a loop's visit not kept yet: the
-                    # rule sees a fresh PENDING snapshot, written under "absent".
-                    view.snaps[nid] = Snapshot(task_id=view.task.task_id, node_id=nid)
-                    view.revs[nid] = 0
+                    view.absent(nid)  # an instance not made yet
                     continue
                 if kv is None:
                     raise StoreError(f"snapshot {key} is missing")
@@ -516,8 +513,7 @@ class Engine(EngineReads):
                 v, now=now, ids=self._ids())), Need):
             # Only a map at an entry asks for more: its items, which a new task has not.
             for nid in decided.nodes:
-                view.snaps[nid] = Snapshot(task_id=task_id, node_id=nid)
-                view.revs[nid] = 0
+                view.absent(nid)
         plan = decided
         compares: list[Compare] = []
         extra: list[Op] = []

@@ -75,6 +75,12 @@ class View:
         """Whether any record of this view came from the cache."""
         return self.task_cached or bool(self.cached) or bool(self.cached_ramps)
 
+    def absent(self, node_id: str) -> None:
+        """Hold a fresh PENDING snapshot for ``node_id``, one the store does not have
+        (revision 0): a map's item not started yet, a loop's visit not kept yet."""
+        self.snaps[node_id] = Snapshot(task_id=self.task.task_id, node_id=node_id)
+        self.revs[node_id] = 0
+
     def snap(self, node_id: str) -> Snapshot:
         try:
             return self.snaps[node_id]
