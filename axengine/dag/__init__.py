@@ -35,6 +35,8 @@ from axengine.dag._model import (
     Node,
     NodeType,
     base_id,
+    is_item,
+    is_visit,
     item_id,
     visit_id,
 )
@@ -66,6 +68,8 @@ __all__ = [
     "base_id",
     "check_task_input",
     "find_cycles",
+    "is_item",
+    "is_visit",
     "item_id",
     "load_dag",
     "load_dag_mapping",

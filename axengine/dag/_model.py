@@ -29,6 +29,8 @@ __all__ = [
     "Node",
     "NodeType",
     "base_id",
+    "is_item",
+    "is_visit",
     "item_id",
     "visit_id",
 ]
@@ -43,6 +45,16 @@ def visit_id(node_id: str, visit: int) -> str:
     """The id under which visit ``visit`` of a loop's node is kept once the loop went
     round again: ``node#visit``."""
     return f"{node_id}#{visit}"
+
+
+def is_item(node_id: str) -> bool:
+    """Whether ``node_id`` names a map's item (``node[3]``)."""
+    return "[" in node_id
+
+
+def is_visit(node_id: str) -> bool:
+    """Whether ``node_id`` names a loop's kept visit (``node#2``): history, not work."""
+    return "#" in node_id
 
 
 def base_id(instance: str) -> str:

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from axengine.dag import Dag, base_id
+from axengine.dag import Dag, base_id, is_visit
 from axengine.engine import _rules as rules
 from axengine.engine._ramp import dependency_of
 from axengine.engine._reads import _event_id
@@ -216,7 +216,7 @@ def _shared(dag: Dag, node_id: str, rerun: set[str], from_node: str) -> bool:
     if node_id == base or base not in rerun:
         return True
     closer = dag.loop_of(base)
-    return "#" in node_id and closer is not None and from_node in dag.loops[closer]
+    return is_visit(node_id) and closer is not None and from_node in dag.loops[closer]
 
 
 def _decided(view: View, rule: Callable[[], rules.Plan]) -> rules.Plan:

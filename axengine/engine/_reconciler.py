@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from axengine.clock import SYSTEM, Clock, wait_event
+from axengine.dag import is_visit
 from axengine.engine import _rules as rules
 from axengine.engine._shell import Engine
 from axengine.engine._stall import stall_verdict
@@ -119,7 +120,7 @@ class Reconciler:
             for snap in await engine.snapshots(task.task_id):
                 # (A PAUSED task's deadline moves on while it is paused.)
                 past_deadline = bool(task.deadline) and now >= rules.deadline_at(task, now)
-                if "#" in snap.node_id or (snap.owner in COMPOSITE_OWNERS
+                if is_visit(snap.node_id) or (snap.owner in COMPOSITE_OWNERS
                                            and not past_deadline):
                     continue  # a loop's kept visit; a map or sub-DAG node: its nodes run
                 node = dag.node(snap.node_id)

@@ -47,9 +47,8 @@ def restored(dag: Dag, task: TaskRecord,
             snap = replace(snap, state=NodeState.WAITING, fence=snap.fence + 1, owner="",
                            lease_until=0.0, not_before=0.0)
         out.append(snap)
-        if "#" in snap.node_id:
-            continue  # a loop's kept visit: not counted (as the engine counts)
         cat = category(dag.node(snap.node_id), snap)
-        counts[cat] = counts.get(cat, 0) + 1
+        if cat is not None:  # (a loop's kept visit is not counted)
+            counts[cat] = counts.get(cat, 0) + 1
     status = derive_status(counts, task.status is TaskStatus.CANCELLED)
     return replace(task, counts=dict(sorted(counts.items())), status=status), out

@@ -24,7 +24,7 @@ from typing import Any
 from axengine import template, timeouts
 from axengine.activity import Activity
 from axengine.blocking import BlockingPolicy, Verdict
-from axengine.dag import SCOPE, Dag, Node
+from axengine.dag import SCOPE, Dag, Node, is_item, is_visit
 from axengine.engine import _expand, _stall
 from axengine.engine._ramp import Ramp, Waiter, dependency_of
 from axengine.engine._refs import expression_refs, guard_refs, named, param_refs
@@ -158,18 +158,21 @@ def backoff_delay(attempt: int, key: str, config: RuleConfig) -> float:
     return float(min(config.backoff_cap, base * (0.8 + 0.4 * frac)))
 
 
-def category(node: Node, snap: Snapshot) -> str:
+def category(node: Node, snap: Snapshot) -> str | None:
     """Bucket of a node for the task's counters: ACTIVE (waiting or running), PAUSED,
     FAILED_UNROUTED (failed with no ``on_failure``), COMPOSITE (a map or sub-DAG node
-    whose instances run) or the state's own name."""
+    whose instances run) or the state's own name; None for a loop's kept visit, which
+    is history and not counted."""
+    if is_visit(snap.node_id):
+        return None
     if snap.state is NodeState.RUNNING and snap.owner in COMPOSITE_OWNERS:
         # A map or sub-DAG node: its items or its DAG's nodes say whether the task runs,
         # waits for a person or needs one.
         return "COMPOSITE"
     if snap.state in (NodeState.WAITING, NodeState.RUNNING):
         return "ACTIVE"
-    if (snap.state is NodeState.FAILED and not node.on_failure and "[" not in snap.node_id
-            and SCOPE not in snap.node_id):
+    if (snap.state is NodeState.FAILED and not node.on_failure
+            and not is_item(snap.node_id) and SCOPE not in snap.node_id):
         # (A map's item or a sub-DAG's node that failed is decided by its map or sub-DAG
         # node, which counts.)
         return "FAILED_UNROUTED"
@@ -460,7 +463,7 @@ class _Builder:
         caller to settle: :meth:`ready` (inside :meth:`settle`) or :meth:`fail`."""
         ended = replace(snap, error=message, error_retryable=retryable,
                         finished_at=self.now, owner="", lease_until=0.0)
-        if "[" in snap.node_id:
+        if is_item(snap.node_id):
             # A map's item: FAILED for good, and its map node decides what that means.
             out = replace(ended, state=NodeState.FAILED)
             self.write(out)
@@ -803,7 +806,7 @@ def plan_complete(view: View, node_id: str, *, fence: int, outcome: Outcome, now
     ramped = _ramp_after(view, node, outcome, now, config)
     if ramped is not None:
         b.plan.ramps[ramped[0]] = ramped[1]
-    if isinstance(outcome, Success) and "[" in node_id:
+    if isinstance(outcome, Success) and is_item(node_id):
         # A map's item: its map node decides the edges once every item ended.
         done = replace(
             snap, state=NodeState.SUCCEEDED, output=outcome.output, output_ref=None,

@@ -349,8 +349,6 @@ class Engine(EngineReads):
         counts = dict(view.task.counts)
         changed = plan.task is not None
         for nid, new in plan.writes.items():
-            if "#" in nid:
-                continue  # a loop's kept visit: history, not work of the task
             node = view.dag.node(nid)
             old = view.snaps.get(nid) if view.revs.get(nid) else None
             before = rules.category(node, old) if old is not None else None
@@ -359,7 +357,8 @@ class Engine(EngineReads):
                 changed = True
                 if before is not None:
                     counts[before] = counts.get(before, 0) - 1
-                counts[after] = counts.get(after, 0) + 1
+                if after is not None:
+                    counts[after] = counts.get(after, 0) + 1
         if not changed:
             return None
         base = plan.task or view.task

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from axengine.config import AxConfig
-from axengine.dag import Dag, base_id
+from axengine.dag import Dag, base_id, is_item
 from axengine.engine import NodeState, Snapshot, TaskStatus
 from axengine.engine._expand import parent_of
 from axengine.errors import AxError
@@ -259,7 +259,7 @@ def recorded_answers(recorded: Mapping[str, Snapshot], dag: Dag
         elif node.type in HANDLER_TYPES and dag.loop_of(node.id) is not None:
             # A loop's node: each visit answers what that visit answered, in order.
             visits = sorted((max(s.visit, 1), k) for k, s in recorded.items()
-                            if base_id(k) == node.id and "[" not in k)
+                            if base_id(k) == node.id and not is_item(k))
             stubs[node.id] = (calls(*(_answer(recorded[k]) for _, k in visits)) if visits
                               else Paused(NOT_RECORDED))
         elif node.type in HANDLER_TYPES:
