@@ -94,12 +94,6 @@ _CHUNK = 500
 _TOP = b"\xff"
 _PUT, _DELETE = 0, 1
 _KV_COLUMNS = "key, value, create_revision, mod_revision, version"
-_UPSERT = (
-    f"INSERT INTO ax_kv ({_KV_COLUMNS}) VALUES (?, ?, ?, ?, 1) "
-    "ON CONFLICT(key) DO UPDATE SET value = excluded.value, "
-    "mod_revision = excluded.mod_revision, version = ax_kv.version + 1 "
-    "RETURNING create_revision, version"
-)
 
 _Row = tuple[bytes, bytes, int, int, int]
 _ChangeRow = tuple[int, int, bytes, int, bytes, int, int]
@@ -143,6 +137,19 @@ def _check_compare(compare: Compare) -> None:
             raise TypeError(f"{compare.target} revision of {compare.key!r} compares with int")
     else:
         raise ValueError(f"unknown compare target {compare.target!r}")
+
+
+def _holds(row: _Row | None, compare: Compare) -> bool:
+    """Whether ``compare`` holds for the stored ``row`` of its key (None: missing)."""
+    if compare.target == "value":
+        # etcd: comparing the value of a missing key is always false, since a missing
+        # value cannot be told from an empty one.
+        if row is None:
+            return False
+        actual: int | bytes = bytes(row[1])
+    else:
+        actual = 0 if row is None else row[_TARGET_COLUMN[compare.target]]
+    return _OPERATORS[compare.op](actual, compare.operand)
 
 
 def _check_branch(ops: Sequence[Op]) -> bool:
@@ -521,19 +528,30 @@ class SqliteStore:
         failure: Sequence[Op],
     ) -> tuple[TxnResult, bool]:
         revision, compact_revision = self._meta(conn)
-        succeeded = all(self._holds(conn, c) for c in compares)
+        # One read for every key the compares and the puts of either branch name: the
+        # compares are decided on it and the puts take their create revision and
+        # version from it (a branch never puts a key twice nor one it deletes, so no op
+        # of the branch changes these rows before their put).
+        rows = self._rows(conn, {_encode(op.key) for op in (*success, *failure)
+                                 if isinstance(op, Put)}
+                          | {_encode(c.key) for c in compares})
+        succeeded = all(_holds(rows.get(_encode(c.key)), c) for c in compares)
         new_revision = revision + 1
         changes: list[_ChangeRow] = []
+        puts: list[_Row] = []
         reads: list[tuple[KeyValue, ...]] = []
         for op in success if succeeded else failure:
             if isinstance(op, Put):
                 key = _encode(op.key)
-                # One statement per put: the upsert keeps create_revision, bumps version
-                # and returns both (SQLite >= 3.35).
-                create, version = conn.execute(_UPSERT, (key, op.value, new_revision,
-                                                         new_revision)).fetchone()
+                row = rows.get(key)
+                create, version = (new_revision, 1) if row is None else (row[2], row[4] + 1)
+                puts.append((key, op.value, create, new_revision, version))
                 changes.append((new_revision, len(changes), key, _PUT, op.value, create, version))
-            elif isinstance(op, Delete):
+                continue
+            # The puts so far are written before a delete or a read: a read inside a
+            # txn sees the txn's own earlier writes, as in etcd.
+            self._write(conn, puts)
+            if isinstance(op, Delete):
                 if op.prefix:
                     lo, hi = _key_range(op.key)
                 else:
@@ -550,14 +568,14 @@ class SqliteStore:
                         for i, row in enumerate(deleted)
                     )
             else:
-                # Reads inside a txn see the txn's own earlier writes, as in etcd.
                 if op.prefix:
                     lo, hi = _key_range(op.key)
-                    rows = self._range_rows(conn, lo, hi)
+                    found = self._range_rows(conn, lo, hi)
                 else:
-                    row = self._get_row(conn, _encode(op.key))
-                    rows = [] if row is None else [row]
-                reads.append(tuple(_kv(r) for r in rows))
+                    one = self._get_row(conn, _encode(op.key))
+                    found = [] if one is None else [one]
+                reads.append(tuple(_kv(r) for r in found))
+        self._write(conn, puts)
         if changes:
             revision = new_revision
             conn.executemany("INSERT INTO ax_changes VALUES (?, ?, ?, ?, ?, ?, ?)", changes)
@@ -571,17 +589,27 @@ class SqliteStore:
             )
         return TxnResult(succeeded, revision, tuple(reads)), bool(changes)
 
-    def _holds(self, conn: sqlite3.Connection, compare: Compare) -> bool:
-        row = self._get_row(conn, _encode(compare.key))
-        if compare.target == "value":
-            # etcd: comparing the value of a missing key is always false, since a
-            # missing value cannot be told from an empty one.
-            if row is None:
-                return False
-            actual: int | bytes = bytes(row[1])
-        else:
-            actual = 0 if row is None else row[_TARGET_COLUMN[compare.target]]
-        return _OPERATORS[compare.op](actual, compare.operand)
+    @staticmethod
+    def _rows(conn: sqlite3.Connection, keys: set[bytes]) -> dict[bytes, _Row]:
+        """The stored rows of ``keys`` (a missing key has none), in few statements."""
+        wanted = sorted(keys)
+        found: dict[bytes, _Row] = {}
+        for i in range(0, len(wanted), _CHUNK):
+            chunk = wanted[i : i + _CHUNK]
+            marks = ",".join("?" * len(chunk))
+            for row in conn.execute(
+                    f"SELECT {_KV_COLUMNS} FROM ax_kv WHERE key IN ({marks})", chunk):
+                found[bytes(row[0])] = row
+        return found
+
+    @staticmethod
+    def _write(conn: sqlite3.Connection, puts: list[_Row]) -> None:
+        """Write the rows of ``puts`` (revisions and versions already decided) in one
+        statement, and empty the list."""
+        if puts:
+            conn.executemany(f"INSERT OR REPLACE INTO ax_kv ({_KV_COLUMNS}) "
+                             "VALUES (?, ?, ?, ?, ?)", puts)
+            puts.clear()
 
     async def compact(self, revision: int) -> None:
         """Drop change history older than ``revision``.
