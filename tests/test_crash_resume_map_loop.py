@@ -32,8 +32,8 @@ pytestmark = pytest.mark.integration
 SCENARIO = Scenario(
     ("--input", "dags/inputs/report_digest.json", "--concurrency", "1"),
     {
-        "before-commit": 39,
-        "after-commit": 39,
+        "before-commit": 31,
+        "after-commit": 31,
         "after-enqueue": 7,
         "after-pop": 9,
         "after-claim": 15,

@@ -409,13 +409,15 @@ class ExecutorServicer(_Base):
                 return pb.CompleteReply(result=pb.COMPLETE_RESULT_STALE,
                                         snapshot=snapshot_pb(snap))
         outcome = await self._outcome(request)
-        if request.claim_lanes and not request.worker_id:
-            raise InputError("worker_id is required to claim a successor (claim_lanes)")
-        # No lanes: a plain completion (nothing can be claimed).
+        if (request.claim_lanes or request.claim_node) and not request.worker_id:
+            raise InputError("worker_id is required to claim a next node "
+                             "(claim_lanes, claim_node)")
+        # No lanes and no node: a plain completion (nothing can be claimed).
         done = await self.engine.complete_and_claim(
             request.task_id, request.node_id, fence=request.fence, outcome=outcome,
             worker=request.worker_id, lanes=request.claim_lanes,
-            lease_seconds=request.claim_lease_seconds or None)
+            lease_seconds=request.claim_lease_seconds or None,
+            claim_node=request.claim_node)
         self.metrics.completed(request.task_id, request.node_id, done.answer, outcome)
         stored = done.snapshot
         if stored is None:  # nothing written: the node as it is

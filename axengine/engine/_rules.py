@@ -606,35 +606,57 @@ class NextClaim:
         lanes: Lanes the worker's slot may take now — its own, when the worker saw
             nothing waiting there, so the claim overtakes no queued work; a readied node
             in another lane goes through the queue.
+        node_id: A node of the same task the worker took from the queue to run next
+            (the item its slot would take anyway): that node is the one claimed, if it
+            can be claimed at once, and readied nodes go through the queue behind it.
     """
 
     worker: str
     lease: float
     lanes: frozenset[str]
+    node_id: str = ""
 
 
 def _claim_next(b: _Builder, ask: NextClaim) -> None:
-    """Claim, in the plan being built, the first node it readies that the worker may
-    take in its slot: offered now (no delay), in one of ``ask.lanes``, claimable at once
-    (within its attempts and the task deadline, no ramp after an outage). The node
-    leaves the plan's enqueue list and its claim is ``plan.detail``; nothing else
-    changes, so a plan that claims nothing is the plain completion."""
+    """Claim, in the plan being built, the node the worker takes next in its slot:
+    ``ask.node_id`` when it names one (taken from the queue), else the first node the
+    plan readies that is offered now (no delay) in one of ``ask.lanes``. Either only if
+    it can be claimed at once (:func:`_claimable_now`). The claim is ``plan.detail`` (a
+    readied node leaves the plan's enqueue list); nothing else changes, so a plan that
+    claims nothing is the plain completion."""
     view = b.view
+    if ask.node_id:
+        node = view.dag.get_node(ask.node_id)
+        if node is not None and _claimable_now(b, node, b.snap(ask.node_id)):
+            b.plan.enqueue = [e for e in b.plan.enqueue if e[0] != ask.node_id]
+            b.plan.detail = _take(b, node, b.snap(ask.node_id), worker=ask.worker,
+                                  lease=ask.lease)
+        return
     for index, (nid, delay) in enumerate(b.plan.enqueue):
         node = view.dag.node(nid)
         if delay > 0 or node.lane not in ask.lanes:
             continue
-        snap = b.snap(nid)
-        if snap.state is not NodeState.WAITING or snap.attempt >= node.attempts:
-            continue
-        if view.task.deadline and b.now >= deadline_at(view.task, b.now):
+        if _claimable_now(b, node, b.snap(nid)):
+            del b.plan.enqueue[index]
+            b.plan.detail = _take(b, node, b.snap(nid), worker=ask.worker, lease=ask.lease)
             return
-        dependency = dependency_of(node)
-        if dependency and view.ramp(dependency) is not None:
-            continue
-        del b.plan.enqueue[index]
-        b.plan.detail = _take(b, node, snap, worker=ask.worker, lease=ask.lease)
-        return
+
+
+def _claimable_now(b: _Builder, node: Node, snap: Snapshot) -> bool:
+    """Whether a completion's transaction may claim ``node`` (:func:`_claim_next`):
+    WAITING and offered now, within its attempts, its ``queue_timeout`` and the task
+    deadline, its dependency not ramping up after an outage. Anything else is left to a
+    plain claim (:func:`plan_claim`), which says why or ends the node."""
+    now, task = b.now, b.view.task
+    if (snap.state is not NodeState.WAITING or snap.owner in COMPOSITE_OWNERS
+            or now < snap.not_before or snap.attempt >= node.attempts):
+        return False
+    if task.deadline and now >= deadline_at(task, now):
+        return False
+    if node.queue_timeout and now - queued_since(snap) > node.queue_timeout:
+        return False
+    dependency = dependency_of(node)
+    return not (dependency and b.view.ramp(dependency) is not None)
 
 
 #: Run durations a node's record keeps for its ``timeout_policy`` (the newest).

@@ -629,26 +629,33 @@ class Engine(EngineReads):
 
     async def complete_and_claim(self, task_id: str, node_id: str, *, fence: int,
                                  outcome: Outcome, worker: str, lanes: Iterable[str],
-                                 lease_seconds: float | None = None) -> Completed:
-        """Commit an outcome and, in the same transaction, claim for ``worker`` one node
-        it readies in one of ``lanes`` (:func:`rules.plan_complete` with a
-        :class:`rules.NextClaim`): the caller names the lanes it may take without
-        overtaking queued work. One transaction and no queue round trip per node of a
-        chain; the fence rules are those of a claim and a completion, each checked as if
-        alone."""
+                                 lease_seconds: float | None = None,
+                                 claim_node: str = "") -> Completed:
+        """Commit an outcome and, in the same transaction, claim for ``worker`` the node
+        its slot runs next (:func:`rules.plan_complete` with a :class:`rules.NextClaim`):
+        ``claim_node``, a node of the same task the worker took from the queue, or else
+        one the completion readies in one of ``lanes`` — the caller names the lanes it
+        may take without overtaking queued work. One transaction per node and no queue
+        round trip for a chain, one transaction per node for a fan-out's siblings; the
+        fence rules are those of a claim and a completion, each checked as if alone."""
         ask = rules.NextClaim(worker=worker, lease=lease_seconds or self.config.lease_seconds,
-                              lanes=frozenset(lanes))
+                              lanes=frozenset(lanes), node_id=claim_node)
         return await self._complete(task_id, node_id, fence, outcome, ask)
 
     async def _complete(self, task_id: str, node_id: str, fence: int, outcome: Outcome,
                         ask: rules.NextClaim | None) -> Completed:
         def ahead(dag: Dag) -> Need:
             # A success settles the node's targets: read them with the node itself (a
-            # map's item counts off on its map node).
+            # map's item counts off on its map node), and the node to claim next.
             item = parent_of(node_id)
+            nodes: tuple[str, ...]
             if item is not None:
-                return Need(nodes=(item[0],) if item[0] in dag.nodes else ())
-            return Need(nodes=dag.nodes[node_id].targets if node_id in dag.nodes else ())
+                nodes = (item[0],) if item[0] in dag.nodes else ()
+            else:
+                nodes = dag.nodes[node_id].targets if node_id in dag.nodes else ()
+            if ask is not None and ask.node_id and dag.get_node(ask.node_id) is not None:
+                nodes = (*nodes, ask.node_id)
+            return Need(nodes=nodes)
 
         plan, view = await self._apply(task_id, lambda v: rules.plan_complete(
             v, node_id, fence=fence, outcome=outcome, now=self.clock(), ids=self._ids(),

@@ -59,10 +59,12 @@ class EngineClient(Protocol):
 
     async def complete_and_claim(self, task_id: str, node_id: str, *, fence: int,
                                  outcome: Any, worker: str, lanes: Iterable[str],
-                                 lease_seconds: float | None = None) -> Any:
-        """Commit an outcome and claim, in the same transaction, a node it readies in
-        one of ``lanes`` with nothing queued ahead (a ``Completed``: the answer and the
-        successor's claim, or None)."""
+                                 lease_seconds: float | None = None,
+                                 claim_node: str = "") -> Any:
+        """Commit an outcome and claim, in the same transaction, ``claim_node`` (a node
+        of the same task taken from the queue) or else a node it readies in one of
+        ``lanes`` with nothing queued ahead (a ``Completed``: the answer and that
+        claim, or None)."""
         ...
 
     async def effect_begin(self, key: str, *, task_id: str, node_id: str,

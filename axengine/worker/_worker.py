@@ -249,23 +249,54 @@ class Worker:
         await wake(self.worker_id)
 
     async def _guarded(self, item: WorkItem, slots: asyncio.Semaphore) -> None:
+        """Serve one slot: ``item``, then each item the slot took from the queue while
+        completing the one before (see :meth:`_attempt`), until none was taken."""
+        lane = item.lane
+        current: WorkItem | None = item
         try:
-            await self.process(item)
-        except Exception:
-            # The item stays in the processing list; recovery or the reconciler re-runs
-            # it. A worker must not die of one node.
-            log.exception("worker %s: processing %s/%s failed", self.worker_id,
-                          item.task_id, item.node_id)
+            faults.point("after-pop")  # (an item taken later passed it when taken)
+            while current is not None:
+                if current.lane != lane:
+                    self._switch_lane(lane, current.lane)
+                    lane = current.lane
+                if not self._serving() and current is not item:
+                    # Taken for the next turn, but the worker stops: it goes back.
+                    await self.queue.requeue(self.worker_id, current)
+                    break
+                try:
+                    _, taken = await self._process(current)
+                except Exception:
+                    # The item stays in the processing list; recovery or the reconciler
+                    # re-runs it. A worker must not die of one node.
+                    log.exception("worker %s: processing %s/%s failed", self.worker_id,
+                                  current.task_id, current.node_id)
+                    break
+                current = taken
         finally:
             # Before the slot: the loop that takes it must see the fast share free.
-            if item.lane == FAST_LANE:
+            if lane == FAST_LANE:
                 self._fast_in_flight -= 1
                 self._fast_freed.set()
             slots.release()
 
+    def _switch_lane(self, old: str, new: str) -> None:
+        """A slot goes on with an item of another lane: the fast share follows it."""
+        if old == FAST_LANE:
+            self._fast_in_flight -= 1
+            self._fast_freed.set()
+        if new == FAST_LANE:
+            self._fast_in_flight += 1
+
     async def process(self, item: WorkItem) -> str:
         """Handle one queue item end to end; returns what happened (for tests)."""
         faults.point("after-pop")
+        answer, following = await self._process(item)
+        assert following is None  # only a serving worker takes the next item early
+        return answer
+
+    async def _process(self, item: WorkItem) -> tuple[str, WorkItem | None]:
+        """Handle one queue item end to end: what happened, and the queue item the slot
+        took to run next (popped, not claimed), if any."""
         claim = await self.engine.claim(item.task_id, item.node_id, worker=self.worker_id,
                                         lease_seconds=self.lease_seconds)
         if claim.result != "claimed":
@@ -275,20 +306,23 @@ class Worker:
                 await self.queue.requeue(self.worker_id, item, delay=claim.retry_after)
             else:
                 await self.queue.ack(self.worker_id, item)
-            return claim.result  # type: ignore[no-any-return]
-        answer, following = await self._attempt(claim, item.lane)
+            return claim.result, None
+        answer, following, taken = await self._attempt(claim, item.lane)
         await self.queue.ack(self.worker_id, item)
         faults.point("after-ack")
-        # A successor the completion claimed for this slot runs here, without a queue
-        # item: were this process to die, its lease would lapse and the reconciler would
-        # offer it again, as for any claimed node.
+        # A node the completion claimed for this slot runs here: a successor it readied
+        # (no queue item), or the queue item the slot took next (acked once claimed).
+        # Were this process to die, its lease would lapse and the reconciler would offer
+        # it again, as for any claimed node.
         while following is not None:
-            answer, following = await self._attempt(following, item.lane)
-        return answer
+            answer, following, taken = await self._attempt(following, item.lane)
+        return answer, taken
 
-    async def _attempt(self, claim: ClaimResult, lane: str) -> tuple[str, ClaimResult | None]:
-        """Run a claimed node and commit its outcome under the claim's fence; the answer,
-        and the claim of a successor made by the same commit (see :meth:`_complete`)."""
+    async def _attempt(self, claim: ClaimResult, lane: str
+                       ) -> tuple[str, ClaimResult | None, WorkItem | None]:
+        """Run a claimed node and commit its outcome under the claim's fence: the answer,
+        the claim of the node the same commit took for this slot, and a queue item the
+        slot took next without claiming it (see :meth:`_complete`)."""
         faults.point("after-claim")
         request = claim.request
         assert request is not None  # a claimed result carries its request
@@ -307,42 +341,69 @@ class Worker:
                 self.on_end(ctx)
             if isinstance(outcome, Reported) and not ctx.stale:
                 self.processed += 1
-                return outcome.answer, None
-            return "stale", None
+                return outcome.answer, None, None
+            return "stale", None, None
         faults.point("before-complete")
-        # The slot may go on with a successor only if that overtakes nothing queued.
-        may_go_on = self._serving() and await self._lane_idle(lane)
-        answer, following = await self._complete(request, outcome,
-                                                 lane if may_go_on else None)
+        answer, following, taken = await self._complete(request, outcome, lane)
         faults.point("after-complete")
         self.processed += 1
-        return answer, following
+        return answer, following, taken
 
     def _serving(self) -> bool:
         return self._stop is not None and not self._stop.is_set()
 
-    async def _lane_idle(self, lane: str) -> bool:
-        """Whether nothing waits in ``lane`` (False when the queue cannot say)."""
+    async def _take_next(self, lane: str) -> WorkItem | None:
+        """Pop, without waiting, the item this slot would take once the node it runs in
+        ``lane`` completes — from the lanes the serving loop would pop then (the fast
+        lane capped by its share, that slot counted free). None: nothing waits there."""
+        fast = self._fast_in_flight - (lane == FAST_LANE)
+        lanes = (self._capped_lanes if self._capped_lanes is not None
+                 and fast >= self.fast_slots else self.lanes)
         try:
-            return await self.queue.depth(lane) == 0
+            taken = await self.queue.pop(self.worker_id, lanes=lanes, timeout=0,
+                                         aging=self.aging_seconds)
         except AxError:
-            return False
+            return None
+        if taken is not None:
+            faults.point("after-pop")
+        return taken
 
-    async def _complete(self, request: NodeRequest, outcome: Outcome,
-                        lane: str | None) -> tuple[str, ClaimResult | None]:
-        """Commit ``outcome``. With ``lane`` (nothing waits there now) and while this
-        worker serves, the same transaction may claim a node it readies in that lane
-        (``complete_and_claim``), so a chain runs on one slot with one transaction per
-        node without overtaking queued work. A stopping worker takes nothing new."""
-        if lane is None or not self._serving():
-            return await self.engine.complete(request.task_id, request.node_id,
-                                              fence=request.fence, outcome=outcome), None
-        done = await self.engine.complete_and_claim(
-            request.task_id, request.node_id, fence=request.fence, outcome=outcome,
-            worker=self.worker_id, lanes=(lane,), lease_seconds=self.lease_seconds)
-        # A claim made while the stop came is a run in flight like any other: it runs
-        # (an executor's shutdown may hand it back); the next completion takes nothing.
-        return done.answer, done.next
+    async def _complete(self, request: NodeRequest, outcome: Outcome, lane: str
+                        ) -> tuple[str, ClaimResult | None, WorkItem | None]:
+        """Commit ``outcome``; while this worker serves, in the same transaction claim
+        the node the slot runs next (``complete_and_claim``) without overtaking queued
+        work: the queue item the slot takes next (:meth:`_take_next`) when it is a node
+        of the same task in the same lane, or, when nothing waits, a node the completion
+        readies in ``lane``. A chain runs on one slot with one transaction per node, a
+        fan-out's siblings with one transaction each. An item of another task is the
+        third value: the slot claims it next as it would any popped item. A stopping
+        worker takes nothing new."""
+        task_id, node_id, fence = request.task_id, request.node_id, request.fence
+        if not self._serving():
+            return await self.engine.complete(task_id, node_id, fence=fence,
+                                              outcome=outcome), None, None
+        taken = await self._take_next(lane)
+        try:
+            if taken is not None and (taken.task_id != task_id or taken.lane != lane):
+                return await self.engine.complete(task_id, node_id, fence=fence,
+                                                  outcome=outcome), None, taken
+            done = await self.engine.complete_and_claim(
+                task_id, node_id, fence=fence, outcome=outcome, worker=self.worker_id,
+                lanes=(lane,), lease_seconds=self.lease_seconds,
+                claim_node=taken.node_id if taken is not None else "")
+        except BaseException:
+            if taken is not None:  # not run by this slot after all: back to the queue
+                with contextlib.suppress(Exception):
+                    await self.queue.requeue(self.worker_id, taken)
+            raise
+        if taken is None or done.next is None:
+            # A claim made while the stop came is a run in flight like any other: it
+            # runs (an executor's shutdown may hand it back); the next completion takes
+            # nothing. A taken item the commit could not claim is claimed as any other.
+            return done.answer, done.next, taken
+        await self.queue.ack(self.worker_id, taken)
+        faults.point("after-ack")
+        return done.answer, done.next, None
 
     async def _run(self, request: NodeRequest, ctx: RunContext,
                    timeout: float) -> Outcome | Reported:

@@ -321,11 +321,14 @@ class GrpcEngineClient:
 
     async def complete_and_claim(self, task_id: str, node_id: str, *, fence: int,
                                  outcome: Outcome, worker: str, lanes: Iterable[str],
-                                 lease_seconds: float | None = None) -> Completed:
-        """Commit an outcome and claim a node it readies for ``worker`` in the same
-        transaction; see :meth:`axengine.engine.Engine.complete_and_claim`."""
+                                 lease_seconds: float | None = None,
+                                 claim_node: str = "") -> Completed:
+        """Commit an outcome and claim the node the worker's slot runs next for
+        ``worker`` in the same transaction; see
+        :meth:`axengine.engine.Engine.complete_and_claim`."""
         request = self._complete_request(task_id, node_id, fence, worker, outcome)
         request.claim_lanes.extend(lanes)
+        request.claim_node = claim_node
         request.claim_lease_seconds = lease_seconds or 0.0
         return await self._complete(request)
 

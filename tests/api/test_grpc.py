@@ -120,6 +120,60 @@ def test_executor_claim_heartbeat_complete_and_stale_fence(
     assert [s.node_id for s in task.snapshots] == ["hello"]
 
 
+FAN_YAML = """\
+name: fan
+nodes:
+  start:
+    type: llm_call
+    model: gpt-3.5-turbo
+    prompt: "go"
+    next: [a, b]
+  a: {type: llm_call, model: gpt-3.5-turbo, prompt: "a"}
+  b: {type: llm_call, model: gpt-3.5-turbo, prompt: "b"}
+"""
+
+
+def test_complete_claims_the_next_node_in_the_same_transaction(
+        api_server: ServerFactory, stubs_for: Any) -> None:
+    """``claim_lanes``: the completion claims a node it readies; ``claim_node``: it
+    claims the named node of the task (one an executor popped); a stale fence claims
+    nothing and writes nothing."""
+    handle = api_server("sqlite", worker=False, reconcile_interval=3600.0)
+    stubs = stubs_for(handle)
+    task_id = submit(stubs, FAN_YAML)
+    ex, md = stubs.ex, TOKEN["executor"]
+
+    def success(node: str, fence: int, **ask: Any) -> Any:
+        return ex.Complete(pb.CompleteRequest(
+            task_id=task_id, node_id=node, fence=fence, worker_id=ask.pop("worker", "w1"),
+            success=pb.CompleteRequest.Success(output_json='"ok"'), **ask), metadata=md)
+
+    claim = ex.Claim(pb.ClaimRequest(task_id=task_id, node_id="start", worker_id="w1"),
+                     metadata=md)
+    assert claim.result == pb.CLAIM_RESULT_CLAIMED
+    before = handle.revision()
+    done = success("start", claim.fence, claim_lanes=["default"])
+    assert done.result == pb.COMPLETE_RESULT_COMMITTED
+    assert (done.next.result, done.next.node_id, done.next.fence) == (
+        pb.CLAIM_RESULT_CLAIMED, "a", 1)
+    assert handle.revision() == before + 1
+    assert code_of(ex.Complete, pb.CompleteRequest(
+        task_id=task_id, node_id="a", fence=1, claim_node="b",
+        success=pb.CompleteRequest.Success(output_json='"ok"')),
+        metadata=md) == grpc.StatusCode.INVALID_ARGUMENT
+    before = handle.revision()
+    stale = success("a", 2, claim_node="b")
+    assert stale.result == pb.COMPLETE_RESULT_STALE and not stale.HasField("next")
+    assert handle.revision() == before
+    done = success("a", 1, claim_node="b")
+    assert done.result == pb.COMPLETE_RESULT_COMMITTED
+    assert (done.next.node_id, done.next.fence, done.next.attempt) == ("b", 1, 1)
+    assert handle.revision() == before + 1
+    task = stubs.ax.GetTask(pb.GetTaskRequest(task_id=task_id), metadata=TOKEN["submit"])
+    states = {s.node_id: (s.state, s.owner) for s in task.snapshots}
+    assert states["b"] == (pb.NODE_STATE_RUNNING, "w1")
+
+
 def test_failure_backoff_unavailable_and_cancel_make_fences_stale(
         api_server: ServerFactory, stubs_for: Any) -> None:
     handle = api_server("embedded", worker=False, reconcile_interval=3600.0)

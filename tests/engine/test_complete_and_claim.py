@@ -1,10 +1,11 @@
 """The merged transaction "commit A + claim B" (``Engine.complete_and_claim``).
 
-A worker that commits a node's outcome may claim, in the same transaction, a successor
-the commit readies, when nothing waits in that successor's lane. The fence rules do not
-move: a stale fence commits nothing and claims nothing; a claim made this way is a claim
-like any other (next fence, attempt, lease, a ``claimed`` event), so a takeover, a
-lease expiry or a crash treat it as they treat a popped one.
+A worker that commits a node's outcome may claim, in the same transaction, the node its
+slot runs next: a successor the commit readies, when nothing waits in that successor's
+lane, or a node of the same task it took from the queue (a fan-out's next sibling). The
+fence rules do not move: a stale fence commits nothing and claims nothing; a claim made
+this way is a claim like any other (next fence, attempt, lease, a ``claimed`` event), so
+a takeover, a lease expiry or a crash treat it as they treat a popped one.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import asyncio
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -187,6 +189,79 @@ def test_a_worker_goes_on_with_a_chain_only_when_nothing_waits_in_its_lane(
     run(main())
 
 
+def fan_out(width: int) -> Dag:
+    nodes: dict[str, dict[str, object]] = {
+        "start": {"type": "tool_call", "tool": "echo", "input": "s",
+                  "next": [f"s{i}" for i in range(width)]}}
+    for i in range(width):
+        nodes[f"s{i}"] = {"type": "tool_call", "tool": "echo", "input": f"x{i}",
+                          "next": "join"}
+    nodes["join"] = {"type": "tool_call", "tool": "echo", "input": "j"}
+    return load_dag_mapping({"name": "fan", "nodes": nodes}, tools=TOOLS, models=set())
+
+
+@pytest.mark.parametrize("other_task", [False, True])
+def test_a_slot_claims_the_queued_node_it_takes_next_in_the_completion(
+        make_engine: Callable[..., Engine], other_task: bool) -> None:
+    """One slot runs a fan-out of 5. Each sibling's completion takes the next queued
+    sibling from the queue and claims it in its own transaction: the whole task costs
+    one transaction per node (+ the submit and the first claim), in queue order. With
+    another task's node queued while ``start`` runs, the slot takes that one next,
+    without merging (not the same task), and the siblings queued behind it wait."""
+    async def main() -> None:
+        engine = make_engine()
+        queue = engine.queue
+        assert isinstance(queue, InProcessQueue)
+        ran: list[str] = []
+        loop = asyncio.get_running_loop()
+        done: dict[str, asyncio.Event] = {}
+
+        def handler(request: NodeRequest, ctx: NodeContext) -> Outcome:
+            ran.append(f"{request.task_id[-2:]}:{request.node_id}")
+            if other_task and request.node_id == "start":
+                asyncio.run_coroutine_threadsafe(submit(chain("default"), "o"),
+                                                 loop).result()
+            return Success(request.input)
+
+        def on_commit(task: TaskRecord, events: object) -> None:
+            if task.status.final:
+                done[task.task_id].set()
+
+        async def submit(dag: Dag, tail: str) -> str:
+            task = (await engine.submit(dag, {}, task_id=f"task-{tail}")).task_id
+            done[task] = asyncio.Event()
+            return task
+
+        engine.add_listener(on_commit)
+        stop = asyncio.Event()
+        worker = Worker(engine=engine, queue=queue, handler=handler, worker_id="w",
+                        concurrency=1, poll_timeout=5)
+        revision = await engine._store.revision()
+        serving = asyncio.create_task(worker.run(stop))
+        try:
+            task = await submit(fan_out(5), "f")
+            await asyncio.gather(*(e.wait() for e in done.values()))
+        finally:
+            stop.set()
+            await serving
+        siblings = [f"-f:s{i}" for i in range(5)]
+        if other_task:
+            # The other task's node, queued while start ran, runs before s0..s4.
+            assert ran == ["-f:start", "-o:n0", *siblings, "-f:join"]
+        else:
+            assert ran == ["-f:start", *siblings, "-f:join"]
+            # submit, claim start, then one transaction per completion (each claims
+            # the next node: s0 readied, s1..s4 queued, join readied).
+            assert await engine._store.revision() == revision + 1 + 1 + 7
+        kinds = [(e.kind, e.node_id) for e in await engine.events(task)]
+        assert kinds.count(("claimed", "s3")) == 1
+        at = kinds.index(("claimed", "s3"))
+        assert kinds[at - 1] == ("committed", "s2")  # written by s2's transaction
+        assert await queue.depth("default") == 0
+
+    run(main())
+
+
 def test_a_failure_or_a_retry_claims_nothing(make_engine: Callable[..., Engine]) -> None:
     async def main() -> None:
         engine = make_engine()
@@ -268,18 +343,28 @@ async def _scenario(base: Path, dag: Dag, script: list[tuple[str, object, object
                            if op == "complete" else Failure("flaky", retryable=True))
                 before = await snapshots()
                 revision = await store.revision()
+                # An odd index: the worker took a node of the task from the queue to
+                # run next (any waiting one: the queue may hold stale items too) and
+                # names it; an even one: it may take a node the completion readies.
+                waiting = sorted(n for n, s in before.items()
+                                 if s.state is NodeState.WAITING)  # type: ignore[attr-defined]
+                named = (waiting[int(idx) % len(waiting)]  # type: ignore[call-overload]
+                         if int(idx) % 2 and waiting else "")  # type: ignore[call-overload]
                 done = await engine.complete_and_claim(task, node, fence=fence,
                                                        outcome=outcome, worker=worker,
-                                                       lanes=["default"])
+                                                       lanes=["default"], claim_node=named)
                 if done.answer != "committed":
                     assert done.next is None, done
                     assert await store.revision() == revision, "a stale call wrote"
                     continue
+                assert await store.revision() == revision + 1  # one transaction
                 if done.next is None:
                     continue
                 request = done.next.request
                 assert request is not None
                 claimed = request.node_id
+                if named:
+                    assert claimed == named, "claimed another node than the one named"
                 after = (await engine.get_task(task)).snapshots[claimed]
                 assert before[claimed].state in (NodeState.PENDING,  # type: ignore[attr-defined]
                                                  NodeState.WAITING)

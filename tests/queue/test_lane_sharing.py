@@ -1,7 +1,8 @@
 """How a worker shares its slots between lanes: the fast share, aging, priority end to end.
 
-The worker's ``process`` is replaced by a recorder (the run loop is what is under test);
-every wait is on a condition, never a sleep, and time moves only on a ManualClock.
+The worker's ``_process`` (one item, and the item its slot took next) is replaced by a
+recorder (the run loop is what is under test); every wait is on a condition, never a
+sleep, and time moves only on a ManualClock.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ HANG = 5.0
 
 
 class Recorder(Worker):
-    """A worker whose ``process`` records the item and runs ``body`` instead."""
+    """A worker whose ``_process`` records the item and runs ``body`` instead (taking
+    no item for the slot's next turn)."""
 
     def __init__(self, body: Callable[[WorkItem], Any], **options: Any) -> None:
         super().__init__(engine=cast(EngineClient, None), handler=_unused, **options)
@@ -37,7 +39,7 @@ class Recorder(Worker):
         self.order: list[WorkItem] = []
         self.changed = asyncio.Condition()
 
-    async def process(self, item: WorkItem) -> str:
+    async def _process(self, item: WorkItem) -> tuple[str, WorkItem | None]:
         self.order.append(item)
         async with self.changed:
             self.running[item.lane] += 1
@@ -49,7 +51,7 @@ class Recorder(Worker):
             async with self.changed:
                 self.running[item.lane] -= 1
                 self.changed.notify_all()
-        return "committed"
+        return "committed", None
 
     async def until(self, test: Callable[[], bool]) -> None:
         async with asyncio.timeout(HANG), self.changed:
@@ -290,3 +292,30 @@ def test_embedded_engine_runs_the_highest_priority_task_first(tmp_path: Path) ->
         return ran
 
     assert asyncio.run(main()) == ["t3", "t0", "t1", "t2"]
+
+
+def test_a_completing_slot_takes_next_what_the_serving_loop_would_pop() -> None:
+    """As a node completes, its slot pops the item it runs next (``_take_next``): from
+    the lanes the loop would pop once that slot is free — fast first while the fast
+    lane is under its share, the other lanes only when it holds its share without
+    this slot."""
+    async def main() -> None:
+        queue = PopLog()
+        worker = Recorder(_never, queue=queue, concurrency=4, fast_share=0.5)
+        await queue.enqueue(items(FAST_LANE, 2) + items(DEFAULT_LANE, 2))
+        worker._fast_in_flight = 2  # the fast lane holds its share (2 of 4)...
+        taken = await worker._take_next(DEFAULT_LANE)  # ...so a default slot stays so
+        assert taken is not None and taken.lane == DEFAULT_LANE
+        assert queue.asked[-1] == (DEFAULT_LANE,)
+        taken = await worker._take_next(FAST_LANE)  # a fast slot frees one fast share
+        assert taken is not None and taken.lane == FAST_LANE
+        assert queue.asked[-1] == (FAST_LANE, DEFAULT_LANE)
+        worker._fast_in_flight = 1
+        taken = await worker._take_next(DEFAULT_LANE)  # under its share: fast first
+        assert taken is not None and taken.lane == FAST_LANE
+        worker._fast_in_flight = 2
+        assert await worker._take_next(DEFAULT_LANE) is not None  # the last default
+        assert await worker._take_next(DEFAULT_LANE) is None  # none left in its lanes
+        assert await queue.depth(FAST_LANE) == 0
+
+    asyncio.run(main())

@@ -716,7 +716,7 @@ class CheckpointReply(_message.Message):
     def __init__(self, result: _Optional[_Union[LeaseResult, str]] = ...) -> None: ...
 
 class CompleteRequest(_message.Message):
-    __slots__ = ("task_id", "node_id", "fence", "worker_id", "success", "failure", "unavailable", "paused", "claim_lanes", "claim_lease_seconds")
+    __slots__ = ("task_id", "node_id", "fence", "worker_id", "success", "failure", "unavailable", "paused", "claim_lanes", "claim_lease_seconds", "claim_node")
     class Success(_message.Message):
         __slots__ = ("output_json", "output_ref")
         OUTPUT_JSON_FIELD_NUMBER: _ClassVar[int]
@@ -761,6 +761,7 @@ class CompleteRequest(_message.Message):
     PAUSED_FIELD_NUMBER: _ClassVar[int]
     CLAIM_LANES_FIELD_NUMBER: _ClassVar[int]
     CLAIM_LEASE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    CLAIM_NODE_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     node_id: str
     fence: int
@@ -771,7 +772,8 @@ class CompleteRequest(_message.Message):
     paused: CompleteRequest.Paused
     claim_lanes: _containers.RepeatedScalarFieldContainer[str]
     claim_lease_seconds: float
-    def __init__(self, task_id: _Optional[str] = ..., node_id: _Optional[str] = ..., fence: _Optional[int] = ..., worker_id: _Optional[str] = ..., success: _Optional[_Union[CompleteRequest.Success, _Mapping]] = ..., failure: _Optional[_Union[CompleteRequest.Failure, _Mapping]] = ..., unavailable: _Optional[_Union[CompleteRequest.Unavailable, _Mapping]] = ..., paused: _Optional[_Union[CompleteRequest.Paused, _Mapping]] = ..., claim_lanes: _Optional[_Iterable[str]] = ..., claim_lease_seconds: _Optional[float] = ...) -> None: ...
+    claim_node: str
+    def __init__(self, task_id: _Optional[str] = ..., node_id: _Optional[str] = ..., fence: _Optional[int] = ..., worker_id: _Optional[str] = ..., success: _Optional[_Union[CompleteRequest.Success, _Mapping]] = ..., failure: _Optional[_Union[CompleteRequest.Failure, _Mapping]] = ..., unavailable: _Optional[_Union[CompleteRequest.Unavailable, _Mapping]] = ..., paused: _Optional[_Union[CompleteRequest.Paused, _Mapping]] = ..., claim_lanes: _Optional[_Iterable[str]] = ..., claim_lease_seconds: _Optional[float] = ..., claim_node: _Optional[str] = ...) -> None: ...
 
 class CompleteReply(_message.Message):
     __slots__ = ("result", "snapshot", "next")
