@@ -267,7 +267,7 @@ def _claimed_pb(claim: ClaimResult) -> Any:
         submitted_by=claim.submitted_by, dag_hash=claim.dag_hash,
         checkpoint_json=_json_or_empty(req.checkpoint), resume_json=_json_or_empty(req.resume),
         timeout=claim.timeout, timeout_grace=claim.timeout_grace,
-        timeout_cap=claim.timeout_cap, node_id=req.node_id)
+        timeout_cap=claim.timeout_cap, node_id=req.node_id, task_id=req.task_id)
 
 
 def _json_or_empty(value: Any) -> str:
@@ -417,7 +417,7 @@ class ExecutorServicer(_Base):
             request.task_id, request.node_id, fence=request.fence, outcome=outcome,
             worker=request.worker_id, lanes=request.claim_lanes,
             lease_seconds=request.claim_lease_seconds or None,
-            claim_node=request.claim_node)
+            claim_node=request.claim_node, claim_task=request.claim_task)
         self.metrics.completed(request.task_id, request.node_id, done.answer, outcome)
         stored = done.snapshot
         if stored is None:  # nothing written: the node as it is

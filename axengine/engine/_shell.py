@@ -18,13 +18,14 @@ is the fence under which the record changes. Reads (views, pages, timelines) liv
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import os
 import random
 import secrets
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -94,6 +95,26 @@ class EngineConfig:
     max_input_bytes: int = 8 * 1024 * 1024
     rules: rules.RuleConfig = field(default_factory=rules.RuleConfig)
     four_eyes: bool = False
+
+
+@dataclass
+class _Txn:
+    """One transaction being made: compares, writes, and what the engine's cache learns
+    (``learned``: key, record, size) or forgets when it commits."""
+
+    compares: list[Compare]
+    ops: list[Op]
+    learned: list[tuple[str, Any, int]]
+    forgotten: list[str]
+
+    def join(self, other: _Txn) -> _Txn | None:
+        """Both in one transaction, or None when they write a key in common (a
+        transaction writes a key once)."""
+        mine = {op.key for op in self.ops}
+        if any(op.key in mine for op in other.ops):
+            return None
+        return _Txn(self.compares + other.compares, self.ops + other.ops,
+                    self.learned + other.learned, self.forgotten + other.forgotten)
 
 
 @dataclass(frozen=True)
@@ -271,45 +292,43 @@ class Engine(EngineReads):
         Taking turns, each decides on what the one before it committed (from the
         cache) and commits the first time. The compares still guard every write:
         other engines (other processes) are serialised by the store, as before."""
+        async with self._turns((task_id,)):
+            return await self._apply_once(task_id, rule, preload=preload, prefetch=prefetch)
+
+    @contextlib.asynccontextmanager
+    async def _turns(self, task_ids: Iterable[str]) -> AsyncIterator[None]:
+        """Take the turn of each task of ``task_ids`` (see :meth:`_apply`), in sorted
+        order so that two callers wanting the same two tasks cannot wait on each
+        other."""
         users = self._task_users
-        lock = self._task_locks.get(task_id)
-        if lock is None:
-            lock = self._task_locks[task_id] = asyncio.Lock()
-        users[task_id] = users.get(task_id, 0) + 1
-        try:
-            async with lock:
-                return await self._apply_once(task_id, rule, preload=preload,
-                                              prefetch=prefetch)
-        finally:
-            users[task_id] -= 1
-            if not users[task_id]:
-                del users[task_id], self._task_locks[task_id]
+        async with contextlib.AsyncExitStack() as stack:
+            for task_id in sorted(set(task_ids)):
+                lock = self._task_locks.get(task_id)
+                if lock is None:
+                    lock = self._task_locks[task_id] = asyncio.Lock()
+                users[task_id] = users.get(task_id, 0) + 1
+                stack.callback(self._leave, task_id)
+                await stack.enter_async_context(lock)
+            yield
+
+    def _leave(self, task_id: str) -> None:
+        users = self._task_users
+        users[task_id] -= 1
+        if not users[task_id]:
+            del users[task_id], self._task_locks[task_id]
 
     async def _apply_once(
         self, task_id: str, rule: Callable[[View], rules.Plan], *,
         preload: Iterable[str] = (), prefetch: Callable[[Dag], Need] | None = None,
     ) -> tuple[rules.Plan, View]:
-        preload = tuple(preload)
         use_cache, lost = True, 0
         for _ in range(MAX_CAS_RETRIES + 1):
             if lost:
                 # Lost a compare: siblings of a join all write the task record; jittered
                 # backoff keeps a crowd of them from colliding again in lockstep.
                 await asyncio.sleep(random.uniform(0, min(0.05, 0.0005 * 2 ** lost)))
-            view = await self._view(task_id, use_cache=use_cache)
-            for nid in preload:
-                # A caller naming a node the DAG does not have is a bad request, not a
-                # missing snapshot in the store.
-                if view.dag.get_node(nid) is None:
-                    raise NotFound(f"task {task_id!r} has no node {nid!r}")
-            if prefetch is not None:
-                ahead = prefetch(view.dag)
-                await self._fill(view, Need(nodes=(*preload, *ahead.nodes)))
-            elif preload:
-                await self._fill(view, Need(nodes=preload))
-            while isinstance(decided := self._decide(view, rule), Need):
-                await self._fill(view, decided)
-            plan = decided
+            plan, view = await self._plan(task_id, rule, use_cache=use_cache,
+                                          preload=preload, prefetch=prefetch)
             # (Recorded durations never come alone: they ride with a node's success.)
             if not plan.writes and plan.task is None and not plan.ramps:
                 if view.from_cache:
@@ -321,13 +340,40 @@ class Engine(EngineReads):
             if (await self._commit(view, plan)).succeeded:
                 await self._after_commit(view, plan)
                 return plan, view
-            self._cache.drop([self._keys.task(task_id), *(
-                self._keys.snapshot(task_id, n) for n in {*view.snaps, *plan.writes}), *(
-                self._keys.ramp(d) for d in {*view.ramps, *plan.ramps})])
+            self._forget(view, plan)
             use_cache, lost = False, lost + 1
             if lost >= MAX_CAS_RETRIES:
                 break
         raise StoreError(f"task {task_id}: gave up after {MAX_CAS_RETRIES} conflicting writes")
+
+    async def _plan(
+        self, task_id: str, rule: Callable[[View], rules.Plan], *, use_cache: bool,
+        preload: Iterable[str] = (), prefetch: Callable[[Dag], Need] | None = None,
+    ) -> tuple[rules.Plan, View]:
+        """Decide one transition on a view of the task (see :meth:`_apply`)."""
+        preload = tuple(preload)
+        view = await self._view(task_id, use_cache=use_cache)
+        for nid in preload:
+            # A caller naming a node the DAG does not have is a bad request, not a
+            # missing snapshot in the store.
+            if view.dag.get_node(nid) is None:
+                raise NotFound(f"task {task_id!r} has no node {nid!r}")
+        if prefetch is not None:
+            ahead = prefetch(view.dag)
+            await self._fill(view, Need(nodes=(*preload, *ahead.nodes)))
+        elif preload:
+            await self._fill(view, Need(nodes=preload))
+        while isinstance(decided := self._decide(view, rule), Need):
+            await self._fill(view, decided)
+        return decided, view
+
+    def _forget(self, view: View, plan: rules.Plan) -> None:
+        """Drop from the cache what a transaction that lost its compares read or meant
+        to write: the next decision reads it fresh."""
+        task_id = view.task.task_id
+        self._cache.drop([self._keys.task(task_id), *(
+            self._keys.snapshot(task_id, n) for n in {*view.snaps, *plan.writes}), *(
+            self._keys.ramp(d) for d in {*view.ramps, *plan.ramps})])
 
     async def _externalize(self, snap: Snapshot) -> Snapshot:
         threshold = self.config.blob_threshold
@@ -374,10 +420,29 @@ class Engine(EngineReads):
                       extra_compares: Sequence[Compare] = (), extra_ops: Sequence[Op] = (),
                       failure: Sequence[Op] = ()) -> TxnResult:
         """Write ``plan`` as one transaction (plus ``extra_*``, e.g. an idempotency key)."""
+        txn = await self._prepare(view, plan)
+        txn.compares[:0] = extra_compares
+        txn.ops[:0] = extra_ops
+        return await self._write(txn, failure)
+
+    async def _write(self, txn: _Txn, failure: Sequence[Op] = ()) -> TxnResult:
+        """Commit what :meth:`_prepare` made (one plan's, or several plans' joined)."""
+        faults.point("before-commit")
+        result = await self._store.txn(txn.compares, txn.ops, failure)
+        if result.succeeded:
+            for key, record, size in txn.learned:
+                self._cache.put(key, result.revision, record, size)
+            self._cache.drop(txn.forgotten)
+            faults.point("after-commit")
+        return result
+
+    async def _prepare(self, view: View, plan: rules.Plan) -> _Txn:
+        """The compares and writes of ``plan``: every record it writes, under a compare
+        on what the decision read, with the task's counters, indexes and events."""
         now = self.clock()
         task_id = view.task.task_id
-        compares = list(extra_compares)
-        ops: list[Op] = list(extra_ops)
+        compares: list[Compare] = []
+        ops: list[Op] = []
         #: What the cache learns if the transaction commits: (key, record, bytes).
         learned: list[tuple[str, Any, int]] = []
         task = self._task_writes(view, plan, now)
@@ -428,14 +493,7 @@ class Engine(EngineReads):
                 learned.append((key, ramp, len(data)))
         for dependency in sorted(view.cached_ramps - plan.ramps.keys()):
             compares.append(Mod(self._keys.ramp(dependency)) == view.ramp_revs[dependency])
-        faults.point("before-commit")
-        result = await self._store.txn(compares, ops, failure)
-        if result.succeeded:
-            for key, record, size in learned:
-                self._cache.put(key, result.revision, record, size)
-            self._cache.drop(forgotten)
-            faults.point("after-commit")
-        return result
+        return _Txn(compares, ops, learned, forgotten)
 
     async def _after_commit(self, view: View, plan: rules.Plan) -> None:
         if plan.enqueue:
@@ -630,41 +688,79 @@ class Engine(EngineReads):
     async def complete_and_claim(self, task_id: str, node_id: str, *, fence: int,
                                  outcome: Outcome, worker: str, lanes: Iterable[str],
                                  lease_seconds: float | None = None,
-                                 claim_node: str = "") -> Completed:
+                                 claim_node: str = "", claim_task: str = "") -> Completed:
         """Commit an outcome and, in the same transaction, claim for ``worker`` the node
-        its slot runs next (:func:`rules.plan_complete` with a :class:`rules.NextClaim`):
-        ``claim_node``, a node of the same task the worker took from the queue, or else
-        one the completion readies in one of ``lanes`` — the caller names the lanes it
-        may take without overtaking queued work. One transaction per node and no queue
-        round trip for a chain, one transaction per node for a fan-out's siblings; the
-        fence rules are those of a claim and a completion, each checked as if alone."""
-        ask = rules.NextClaim(worker=worker, lease=lease_seconds or self.config.lease_seconds,
-                              lanes=frozenset(lanes), node_id=claim_node)
+        its slot runs next: ``claim_node`` of ``claim_task`` (default: this task), a
+        node the worker took from the queue, or else one the completion readies in one
+        of ``lanes`` (:func:`rules.plan_complete` with a :class:`rules.NextClaim`) — the
+        caller names the lanes it may take without overtaking queued work. One
+        transaction per node, and no queue round trip for a chain; the fence rules are
+        those of a claim and a completion, each checked as if alone. A node that cannot
+        be claimed at once is not claimed (``next`` is None): the caller claims it the
+        plain way, which says why."""
+        lease = lease_seconds or self.config.lease_seconds
+        if claim_node and claim_task and claim_task != task_id:
+            done = await self._complete_claiming(task_id, node_id, fence, outcome,
+                                                 claim_task, claim_node, worker, lease)
+            if done is not None:
+                return done
+            return await self._complete(task_id, node_id, fence, outcome, None)
+        ask = rules.NextClaim(worker=worker, lease=lease, lanes=frozenset(lanes),
+                              node_id=claim_node)
         return await self._complete(task_id, node_id, fence, outcome, ask)
 
     async def _complete(self, task_id: str, node_id: str, fence: int, outcome: Outcome,
                         ask: rules.NextClaim | None) -> Completed:
-        def ahead(dag: Dag) -> Need:
-            # A success settles the node's targets: read them with the node itself (a
-            # map's item counts off on its map node), and the node to claim next.
-            item = parent_of(node_id)
-            nodes: tuple[str, ...]
-            if item is not None:
-                nodes = (item[0],) if item[0] in dag.nodes else ()
-            else:
-                nodes = dag.nodes[node_id].targets if node_id in dag.nodes else ()
-            if ask is not None and ask.node_id and dag.get_node(ask.node_id) is not None:
-                nodes = (*nodes, ask.node_id)
-            return Need(nodes=nodes)
-
         plan, view = await self._apply(task_id, lambda v: rules.plan_complete(
             v, node_id, fence=fence, outcome=outcome, now=self.clock(), ids=self._ids(),
-            config=self.config.rules, claim_next=ask), preload=(node_id,), prefetch=ahead)
+            config=self.config.rules, claim_next=ask), preload=(node_id,),
+            prefetch=_completion_reads(node_id, ask.node_id if ask is not None else ""))
         following: ClaimResult | None = None
         if isinstance(plan.detail, Snapshot):
             snap: Snapshot = plan.detail
             task = plan.task or view.task
             following = await self._claimed(task, view.dag.node(snap.node_id), snap)
+        return Completed(plan.result, plan.writes.get(node_id), following)
+
+    async def _complete_claiming(self, task_id: str, node_id: str, fence: int,
+                                 outcome: Outcome, other: str, claim_node: str,
+                                 worker: str, lease: float) -> Completed | None:
+        """Commit an outcome and claim ``claim_node`` of the task ``other`` in one
+        transaction: each decided as alone (:func:`rules.plan_complete`,
+        :func:`rules.plan_claim`) on its own task's view, in both tasks' turns, and
+        written together under both decisions' compares. None when they cannot go
+        together — the completion writes nothing, the node is not claimable now, they
+        write a key in common, or a compare failed — and nothing was written: the caller
+        commits the outcome alone and the node is claimed the plain way."""
+        async with self._turns((task_id, other)):
+            plan, view = await self._plan(task_id, lambda v: rules.plan_complete(
+                v, node_id, fence=fence, outcome=outcome, now=self.clock(),
+                ids=self._ids(), config=self.config.rules), use_cache=True,
+                preload=(node_id,), prefetch=_completion_reads(node_id, ""))
+            if not plan.writes:
+                return None
+            try:
+                claim, claimed_view = await self._plan(other, lambda v: rules.plan_claim(
+                    v, claim_node, worker=worker, lease=lease, now=self.clock(),
+                    ids=self._ids(), config=self.config.rules), use_cache=True,
+                    preload=(claim_node,))
+            except NotFound:
+                return None
+            if claim.result != "claimed":
+                return None
+            txn = (await self._prepare(view, plan)).join(
+                await self._prepare(claimed_view, claim))
+            if txn is None:
+                return None
+            if not (await self._write(txn)).succeeded:
+                self._forget(view, plan)
+                self._forget(claimed_view, claim)
+                return None
+            await self._after_commit(view, plan)
+            await self._after_commit(claimed_view, claim)
+        snap: Snapshot = claim.detail
+        following = await self._claimed(claim.task or claimed_view.task,
+                                        claimed_view.dag.node(claim_node), snap)
         return Completed(plan.result, plan.writes.get(node_id), following)
 
     async def decide(self, task_id: str, node_id: str, *, decision: str, by: str,
@@ -819,3 +915,21 @@ def _durations(raw: bytes) -> list[float]:
         return [float(v) for v in values if isinstance(v, int | float)]
     except (ValueError, KeyError, TypeError):
         return []
+
+
+def _completion_reads(node_id: str, claim_node: str) -> Callable[[Dag], Need]:
+    """What a completion of ``node_id`` reads with the node itself: the targets a
+    success settles (a map's item counts off on its map node), and ``claim_node``, the
+    node it may claim next."""
+    def ahead(dag: Dag) -> Need:
+        item = parent_of(node_id)
+        nodes: tuple[str, ...]
+        if item is not None:
+            nodes = (item[0],) if item[0] in dag.nodes else ()
+        else:
+            nodes = dag.nodes[node_id].targets if node_id in dag.nodes else ()
+        if claim_node and dag.get_node(claim_node) is not None:
+            nodes = (*nodes, claim_node)
+        return Need(nodes=nodes)
+
+    return ahead

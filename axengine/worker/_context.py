@@ -60,11 +60,11 @@ class EngineClient(Protocol):
     async def complete_and_claim(self, task_id: str, node_id: str, *, fence: int,
                                  outcome: Any, worker: str, lanes: Iterable[str],
                                  lease_seconds: float | None = None,
-                                 claim_node: str = "") -> Any:
-        """Commit an outcome and claim, in the same transaction, ``claim_node`` (a node
-        of the same task taken from the queue) or else a node it readies in one of
-        ``lanes`` with nothing queued ahead (a ``Completed``: the answer and that
-        claim, or None)."""
+                                 claim_node: str = "", claim_task: str = "") -> Any:
+        """Commit an outcome and claim, in the same transaction, ``claim_node`` of
+        ``claim_task`` (default: this task; a node taken from the queue) or else a node
+        it readies in one of ``lanes`` with nothing queued ahead (a ``Completed``: the
+        answer and that claim, or None)."""
         ...
 
     async def effect_begin(self, key: str, *, task_id: str, node_id: str,

@@ -177,13 +177,13 @@ class _Tracking:
     async def complete_and_claim(self, task_id: str, node_id: str, *, fence: int,
                                  outcome: Any, worker: str, lanes: Iterable[str],
                                  lease_seconds: float | None = None,
-                                 claim_node: str = "") -> Any:
+                                 claim_node: str = "", claim_task: str = "") -> Any:
         done = await self._completing(
             task_id, node_id, fence, outcome,
             self.inner.complete_and_claim(task_id, node_id, fence=fence, outcome=outcome,
                                           worker=worker, lanes=lanes,
                                           lease_seconds=lease_seconds,
-                                          claim_node=claim_node))
+                                          claim_node=claim_node, claim_task=claim_task))
         following = done.next
         if following is not None:
             self._claimed(following)

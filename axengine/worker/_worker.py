@@ -372,25 +372,26 @@ class Worker:
                         ) -> tuple[str, ClaimResult | None, WorkItem | None]:
         """Commit ``outcome``; while this worker serves, in the same transaction claim
         the node the slot runs next (``complete_and_claim``) without overtaking queued
-        work: the queue item the slot takes next (:meth:`_take_next`) when it is a node
-        of the same task in the same lane, or, when nothing waits, a node the completion
-        readies in ``lane``. A chain runs on one slot with one transaction per node, a
-        fan-out's siblings with one transaction each. An item of another task is the
-        third value: the slot claims it next as it would any popped item. A stopping
-        worker takes nothing new."""
+        work: the queue item the slot takes next (:meth:`_take_next`) when it is in the
+        same lane (of this task or another), or, when nothing waits, a node the
+        completion readies in ``lane``. A chain runs on one slot with one transaction
+        per node, as do a fan-out's siblings and a crowd of tasks. An item of another
+        lane, or one the commit could not claim, is the third value: the slot claims it
+        next as it would any popped item. A stopping worker takes nothing new."""
         task_id, node_id, fence = request.task_id, request.node_id, request.fence
         if not self._serving():
             return await self.engine.complete(task_id, node_id, fence=fence,
                                               outcome=outcome), None, None
         taken = await self._take_next(lane)
         try:
-            if taken is not None and (taken.task_id != task_id or taken.lane != lane):
+            if taken is not None and taken.lane != lane:
                 return await self.engine.complete(task_id, node_id, fence=fence,
                                                   outcome=outcome), None, taken
             done = await self.engine.complete_and_claim(
                 task_id, node_id, fence=fence, outcome=outcome, worker=self.worker_id,
                 lanes=(lane,), lease_seconds=self.lease_seconds,
-                claim_node=taken.node_id if taken is not None else "")
+                claim_node=taken.node_id if taken is not None else "",
+                claim_task=taken.task_id if taken is not None else "")
         except BaseException:
             if taken is not None:  # not run by this slot after all: back to the queue
                 with contextlib.suppress(Exception):

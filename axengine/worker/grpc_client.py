@@ -322,13 +322,14 @@ class GrpcEngineClient:
     async def complete_and_claim(self, task_id: str, node_id: str, *, fence: int,
                                  outcome: Outcome, worker: str, lanes: Iterable[str],
                                  lease_seconds: float | None = None,
-                                 claim_node: str = "") -> Completed:
+                                 claim_node: str = "", claim_task: str = "") -> Completed:
         """Commit an outcome and claim the node the worker's slot runs next for
         ``worker`` in the same transaction; see
         :meth:`axengine.engine.Engine.complete_and_claim`."""
         request = self._complete_request(task_id, node_id, fence, worker, outcome)
         request.claim_lanes.extend(lanes)
         request.claim_node = claim_node
+        request.claim_task = claim_task
         request.claim_lease_seconds = lease_seconds or 0.0
         return await self._complete(request)
 
@@ -344,8 +345,11 @@ class GrpcEngineClient:
             if reply.next.result != ax_pb2.CLAIM_RESULT_CLAIMED or not reply.next.node_id:
                 raise StoreError(f"complete {task_id}/{node_id}: the API answered a next "
                                  "claim without a claimed node")
-            self._claims[(task_id, reply.next.node_id)] = (reply.next.fence, request.worker_id)
-            following = self._claimed(task_id, reply.next.node_id, reply.next)
+            # (An older server names no task: the claimed node is of this task.)
+            claimed_task = reply.next.task_id or task_id
+            self._claims[(claimed_task, reply.next.node_id)] = (reply.next.fence,
+                                                                request.worker_id)
+            following = self._claimed(claimed_task, reply.next.node_id, reply.next)
         return Completed(answer, next=following)
 
     @staticmethod

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, example, given, settings
@@ -206,8 +207,8 @@ def test_a_slot_claims_the_queued_node_it_takes_next_in_the_completion(
     """One slot runs a fan-out of 5. Each sibling's completion takes the next queued
     sibling from the queue and claims it in its own transaction: the whole task costs
     one transaction per node (+ the submit and the first claim), in queue order. With
-    another task's node queued while ``start`` runs, the slot takes that one next,
-    without merging (not the same task), and the siblings queued behind it wait."""
+    another task's node queued while ``start`` runs, the slot takes that one next, also
+    claimed by the completion before it, and the siblings queued behind it wait."""
     async def main() -> None:
         engine = make_engine()
         queue = engine.queue
@@ -245,14 +246,12 @@ def test_a_slot_claims_the_queued_node_it_takes_next_in_the_completion(
             stop.set()
             await serving
         siblings = [f"-f:s{i}" for i in range(5)]
-        if other_task:
-            # The other task's node, queued while start ran, runs before s0..s4.
-            assert ran == ["-f:start", "-o:n0", *siblings, "-f:join"]
-        else:
-            assert ran == ["-f:start", *siblings, "-f:join"]
-            # submit, claim start, then one transaction per completion (each claims
-            # the next node: s0 readied, s1..s4 queued, join readied).
-            assert await engine._store.revision() == revision + 1 + 1 + 7
+        # The other task's node, queued while start ran, runs before s0..s4.
+        assert ran == ["-f:start", *(["-o:n0"] if other_task else []), *siblings, "-f:join"]
+        # The submits, the claim of start, then one transaction per completion: each
+        # claims the node the slot runs next (s0 readied or o:n0 queued, then the
+        # queued siblings, and the join readied), whichever task it belongs to.
+        assert await engine._store.revision() == revision + len(done) + 1 + len(ran)
         kinds = [(e.kind, e.node_id) for e in await engine.events(task)]
         assert kinds.count(("claimed", "s3")) == 1
         at = kinds.index(("claimed", "s3"))
@@ -301,16 +300,30 @@ def test_merged_commit_and_claim_keeps_the_fence_rules(
         seed: int) -> None:
     """Two workers complete with ``complete_and_claim`` under random interleavings,
     takeovers, lease expiries and crashes. After every call: a stale fence wrote nothing
-    (the store revision did not move) and claimed nothing; a claimed successor is RUNNING
-    for the caller under the fence handed back, one more than its last. At the end a
-    healthy worker drains the task and it ends as the interleaving test requires
+    (the store revision did not move) and claimed nothing; a committed call wrote one
+    transaction; a claimed node is RUNNING for the caller under the fence handed back,
+    one more than its last, and is the node named when one was. At the end a healthy
+    worker drains the task and it ends as the interleaving test requires
     (:func:`assert_finished_cleanly`)."""
     base = Path(tmp_path_factory.mktemp("merged"))  # type: ignore[attr-defined]
-    asyncio.run(_scenario(base, dag, script, seed))
+    asyncio.run(_scenario(base, dag, script, seed, tasks=1))
+
+
+@settings(max_examples=80, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(dag=dags(), script=ops, seed=st.integers(0, 9))
+def test_merged_commit_and_claim_across_two_tasks_keeps_the_fence_rules(
+        tmp_path_factory: object, dag: Dag, script: list[tuple[str, object, object]],
+        seed: int) -> None:
+    """The same with two tasks: a completion may name a waiting node of either task
+    (a worker whose next queue item belongs to another task), and the two decisions
+    commit in one transaction or not at all."""
+    base = Path(tmp_path_factory.mktemp("merged2"))  # type: ignore[attr-defined]
+    asyncio.run(_scenario(base, dag, script, seed, tasks=2))
 
 
 async def _scenario(base: Path, dag: Dag, script: list[tuple[str, object, object]],
-                    seed: int) -> None:
+                    seed: int, *, tasks: int) -> None:
     clock = FakeClock()
     store = SqliteStore(path=base / "ax.db")
     queue = InProcessQueue()
@@ -318,41 +331,40 @@ async def _scenario(base: Path, dag: Dag, script: list[tuple[str, object, object
                     config=EngineConfig(lease_seconds=30,
                                         rules=RuleConfig(backoff_base=0.5, backoff_cap=2.0)))
     try:
-        task = (await engine.submit(dag, {"seed": seed})).task_id
-        held: dict[str, list[tuple[str, int]]] = {"A": [], "B": []}
-        fences: dict[str, int] = {}
+        ids = [(await engine.submit(dag, {"seed": seed})).task_id for _ in range(tasks)]
+        held: dict[str, list[tuple[str, str, int]]] = {"A": [], "B": []}
+        fences: dict[tuple[str, str], int] = {}
 
-        async def snapshots() -> dict[str, object]:
-            return dict((await engine.get_task(task)).snapshots)
+        async def snapshots() -> dict[tuple[str, str], Any]:
+            return {(task, node): snap for task in ids
+                    for node, snap in (await engine.get_task(task)).snapshots.items()}
 
         for op, who, idx in script:
-            worker = str(who)
+            worker, index = str(who), int(idx)  # type: ignore[call-overload]
             if op == "claim":
                 snaps = await snapshots()
-                candidates = sorted(n for n, s in snaps.items()
-                                    if s.state in (NodeState.WAITING, NodeState.RUNNING))  # type: ignore[attr-defined]
+                candidates = sorted(k for k, s in snaps.items()
+                                    if s.state in (NodeState.WAITING, NodeState.RUNNING))
                 if candidates:
-                    node = candidates[int(idx) % len(candidates)]  # type: ignore[call-overload]
+                    task, node = candidates[index % len(candidates)]
                     res = await engine.claim(task, node, worker=worker)
                     if res.result == "claimed":
                         assert res.request is not None
-                        held[worker].append((node, res.request.fence))
+                        held[worker].append((task, node, res.request.fence))
             elif op in ("complete", "fail") and held[worker]:
-                node, fence = held[worker].pop(int(idx) % len(held[worker]))  # type: ignore[call-overload]
+                task, node, fence = held[worker].pop(index % len(held[worker]))
                 outcome = (Success({"v": value_of(node, seed), "fence": fence})
                            if op == "complete" else Failure("flaky", retryable=True))
                 before = await snapshots()
                 revision = await store.revision()
-                # An odd index: the worker took a node of the task from the queue to
-                # run next (any waiting one: the queue may hold stale items too) and
-                # names it; an even one: it may take a node the completion readies.
-                waiting = sorted(n for n, s in before.items()
-                                 if s.state is NodeState.WAITING)  # type: ignore[attr-defined]
-                named = (waiting[int(idx) % len(waiting)]  # type: ignore[call-overload]
-                         if int(idx) % 2 and waiting else "")  # type: ignore[call-overload]
-                done = await engine.complete_and_claim(task, node, fence=fence,
-                                                       outcome=outcome, worker=worker,
-                                                       lanes=["default"], claim_node=named)
+                # An odd index: the worker took a waiting node from the queue to run
+                # next (of either task; the queue may hold stale items too) and names
+                # it; an even one: it may take a node the completion readies.
+                waiting = sorted(k for k, s in before.items() if s.state is NodeState.WAITING)
+                named = waiting[index % len(waiting)] if index % 2 and waiting else ("", "")
+                done = await engine.complete_and_claim(
+                    task, node, fence=fence, outcome=outcome, worker=worker,
+                    lanes=["default"], claim_task=named[0], claim_node=named[1])
                 if done.answer != "committed":
                     assert done.next is None, done
                     assert await store.revision() == revision, "a stale call wrote"
@@ -362,18 +374,19 @@ async def _scenario(base: Path, dag: Dag, script: list[tuple[str, object, object
                     continue
                 request = done.next.request
                 assert request is not None
-                claimed = request.node_id
-                if named:
+                claimed = (request.task_id, request.node_id)
+                if named[1]:
                     assert claimed == named, "claimed another node than the one named"
-                after = (await engine.get_task(task)).snapshots[claimed]
-                assert before[claimed].state in (NodeState.PENDING,  # type: ignore[attr-defined]
-                                                 NodeState.WAITING)
+                else:
+                    assert claimed[0] == task  # a node the completion readied
+                after = (await engine.get_task(claimed[0])).snapshots[claimed[1]]
+                assert before[claimed].state in (NodeState.PENDING, NodeState.WAITING)
                 assert (after.state, after.owner, after.fence) == (
                     NodeState.RUNNING, worker, request.fence)
-                assert request.fence == before[claimed].fence + 1  # type: ignore[attr-defined]
+                assert request.fence == before[claimed].fence + 1
                 assert request.fence > fences.get(claimed, 0)
                 fences[claimed] = request.fence
-                held[worker].append((claimed, request.fence))
+                held[worker].append((*claimed, request.fence))
             elif op == "drain":
                 await _drain(queue)
             elif op == "advance":
@@ -381,38 +394,45 @@ async def _scenario(base: Path, dag: Dag, script: list[tuple[str, object, object
             elif op == "crash":
                 held[worker].clear()
             elif op == "expire":
-                for node, snap in (await snapshots()).items():
-                    if snap.state is NodeState.RUNNING:  # type: ignore[attr-defined]
-                        await engine.expire(task, node)
-
-        # Drain with a healthy worker that also chains: nothing may be lost.
-        for _ in range(500):
-            view = await engine.get_task(task)
-            if view.task.status.final:
-                break
-            progressed = False
-            for node, snap in view.snapshots.items():
-                if snap.state is not NodeState.WAITING:
-                    continue
-                res = await engine.claim(task, node, worker="C")
-                while res is not None and res.result == "claimed":
-                    assert res.request is not None
-                    current = res.request
-                    await _drain(queue)
-                    done = await engine.complete_and_claim(
-                        task, current.node_id, fence=current.fence, outcome=Success(
-                            {"v": value_of(current.node_id, seed), "fence": current.fence}),
-                        worker="C", lanes=["default"])
-                    progressed = True
-                    res = done.next
-            if not progressed:
-                clock.advance(31.0)
-                for node, snap in view.snapshots.items():
+                for (task, node), snap in (await snapshots()).items():
                     if snap.state is NodeState.RUNNING:
                         await engine.expire(task, node)
-        await assert_finished_cleanly(engine, task, dag, seed)
+
+        for task in ids:
+            await _drain_task(engine, queue, clock, task, seed)
+            await assert_finished_cleanly(engine, task, dag, seed)
     finally:
         await store.close()
+
+
+async def _drain_task(engine: Engine, queue: InProcessQueue, clock: FakeClock, task: str,
+                      seed: int) -> None:
+    """Run ``task`` to its end with a healthy worker that also chains: nothing may be
+    lost."""
+    for _ in range(500):
+        view = await engine.get_task(task)
+        if view.task.status.final:
+            return
+        progressed = False
+        for node, snap in view.snapshots.items():
+            if snap.state is not NodeState.WAITING:
+                continue
+            res = await engine.claim(task, node, worker="C")
+            while res is not None and res.result == "claimed":
+                assert res.request is not None
+                current = res.request
+                await _drain(queue)
+                done = await engine.complete_and_claim(
+                    task, current.node_id, fence=current.fence, outcome=Success(
+                        {"v": value_of(current.node_id, seed), "fence": current.fence}),
+                    worker="C", lanes=["default"])
+                progressed = True
+                res = done.next
+        if not progressed:
+            clock.advance(31.0)
+            for node, snap in view.snapshots.items():
+                if snap.state is NodeState.RUNNING:
+                    await engine.expire(task, node)
 
 
 # --------------------------------------------------------------------- the cache

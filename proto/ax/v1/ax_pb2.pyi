@@ -579,7 +579,7 @@ class ClaimRequest(_message.Message):
     def __init__(self, task_id: _Optional[str] = ..., node_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., lease_seconds: _Optional[float] = ...) -> None: ...
 
 class ClaimReply(_message.Message):
-    __slots__ = ("result", "fence", "attempt", "node_type", "config_json", "input_json", "labels", "input_revision", "lease_until", "input_ref", "not_before", "reason", "submitted_by", "dag_hash", "checkpoint_json", "resume_json", "timeout", "timeout_grace", "timeout_cap", "node_id")
+    __slots__ = ("result", "fence", "attempt", "node_type", "config_json", "input_json", "labels", "input_revision", "lease_until", "input_ref", "not_before", "reason", "submitted_by", "dag_hash", "checkpoint_json", "resume_json", "timeout", "timeout_grace", "timeout_cap", "node_id", "task_id")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -607,6 +607,7 @@ class ClaimReply(_message.Message):
     TIMEOUT_GRACE_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_CAP_FIELD_NUMBER: _ClassVar[int]
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
     result: ClaimResult
     fence: int
     attempt: int
@@ -627,7 +628,8 @@ class ClaimReply(_message.Message):
     timeout_grace: float
     timeout_cap: float
     node_id: str
-    def __init__(self, result: _Optional[_Union[ClaimResult, str]] = ..., fence: _Optional[int] = ..., attempt: _Optional[int] = ..., node_type: _Optional[str] = ..., config_json: _Optional[str] = ..., input_json: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., input_revision: _Optional[str] = ..., lease_until: _Optional[float] = ..., input_ref: _Optional[_Union[BlobRef, _Mapping]] = ..., not_before: _Optional[float] = ..., reason: _Optional[str] = ..., submitted_by: _Optional[str] = ..., dag_hash: _Optional[str] = ..., checkpoint_json: _Optional[str] = ..., resume_json: _Optional[str] = ..., timeout: _Optional[float] = ..., timeout_grace: _Optional[float] = ..., timeout_cap: _Optional[float] = ..., node_id: _Optional[str] = ...) -> None: ...
+    task_id: str
+    def __init__(self, result: _Optional[_Union[ClaimResult, str]] = ..., fence: _Optional[int] = ..., attempt: _Optional[int] = ..., node_type: _Optional[str] = ..., config_json: _Optional[str] = ..., input_json: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., input_revision: _Optional[str] = ..., lease_until: _Optional[float] = ..., input_ref: _Optional[_Union[BlobRef, _Mapping]] = ..., not_before: _Optional[float] = ..., reason: _Optional[str] = ..., submitted_by: _Optional[str] = ..., dag_hash: _Optional[str] = ..., checkpoint_json: _Optional[str] = ..., resume_json: _Optional[str] = ..., timeout: _Optional[float] = ..., timeout_grace: _Optional[float] = ..., timeout_cap: _Optional[float] = ..., node_id: _Optional[str] = ..., task_id: _Optional[str] = ...) -> None: ...
 
 class GetRunRequest(_message.Message):
     __slots__ = ("task_id", "node_id", "fence")
@@ -716,7 +718,7 @@ class CheckpointReply(_message.Message):
     def __init__(self, result: _Optional[_Union[LeaseResult, str]] = ...) -> None: ...
 
 class CompleteRequest(_message.Message):
-    __slots__ = ("task_id", "node_id", "fence", "worker_id", "success", "failure", "unavailable", "paused", "claim_lanes", "claim_lease_seconds", "claim_node")
+    __slots__ = ("task_id", "node_id", "fence", "worker_id", "success", "failure", "unavailable", "paused", "claim_lanes", "claim_lease_seconds", "claim_node", "claim_task")
     class Success(_message.Message):
         __slots__ = ("output_json", "output_ref")
         OUTPUT_JSON_FIELD_NUMBER: _ClassVar[int]
@@ -762,6 +764,7 @@ class CompleteRequest(_message.Message):
     CLAIM_LANES_FIELD_NUMBER: _ClassVar[int]
     CLAIM_LEASE_SECONDS_FIELD_NUMBER: _ClassVar[int]
     CLAIM_NODE_FIELD_NUMBER: _ClassVar[int]
+    CLAIM_TASK_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     node_id: str
     fence: int
@@ -773,7 +776,8 @@ class CompleteRequest(_message.Message):
     claim_lanes: _containers.RepeatedScalarFieldContainer[str]
     claim_lease_seconds: float
     claim_node: str
-    def __init__(self, task_id: _Optional[str] = ..., node_id: _Optional[str] = ..., fence: _Optional[int] = ..., worker_id: _Optional[str] = ..., success: _Optional[_Union[CompleteRequest.Success, _Mapping]] = ..., failure: _Optional[_Union[CompleteRequest.Failure, _Mapping]] = ..., unavailable: _Optional[_Union[CompleteRequest.Unavailable, _Mapping]] = ..., paused: _Optional[_Union[CompleteRequest.Paused, _Mapping]] = ..., claim_lanes: _Optional[_Iterable[str]] = ..., claim_lease_seconds: _Optional[float] = ..., claim_node: _Optional[str] = ...) -> None: ...
+    claim_task: str
+    def __init__(self, task_id: _Optional[str] = ..., node_id: _Optional[str] = ..., fence: _Optional[int] = ..., worker_id: _Optional[str] = ..., success: _Optional[_Union[CompleteRequest.Success, _Mapping]] = ..., failure: _Optional[_Union[CompleteRequest.Failure, _Mapping]] = ..., unavailable: _Optional[_Union[CompleteRequest.Unavailable, _Mapping]] = ..., paused: _Optional[_Union[CompleteRequest.Paused, _Mapping]] = ..., claim_lanes: _Optional[_Iterable[str]] = ..., claim_lease_seconds: _Optional[float] = ..., claim_node: _Optional[str] = ..., claim_task: _Optional[str] = ...) -> None: ...
 
 class CompleteReply(_message.Message):
     __slots__ = ("result", "snapshot", "next")
