@@ -107,14 +107,18 @@ class _Txn:
     learned: list[tuple[str, Any, int]]
     forgotten: list[str]
 
-    def join(self, other: _Txn) -> _Txn | None:
+    def join(self, other: _Txn, max_ops: int | None) -> _Txn | None:
         """Both in one transaction, or None when they write a key in common (a
-        transaction writes a key once)."""
+        transaction writes a key once) or would exceed the store's ``max_ops`` compares
+        or writes (the budget of a DAG counts its own transitions only)."""
         mine = {op.key for op in self.ops}
         if any(op.key in mine for op in other.ops):
             return None
-        return _Txn(self.compares + other.compares, self.ops + other.ops,
-                    self.learned + other.learned, self.forgotten + other.forgotten)
+        joined = _Txn(self.compares + other.compares, self.ops + other.ops,
+                      self.learned + other.learned, self.forgotten + other.forgotten)
+        if max_ops is not None and max(len(joined.ops), len(joined.compares)) > max_ops:
+            return None
+        return joined
 
 
 @dataclass(frozen=True)
@@ -321,6 +325,7 @@ class Engine(EngineReads):
         self, task_id: str, rule: Callable[[View], rules.Plan], *,
         preload: Iterable[str] = (), prefetch: Callable[[Dag], Need] | None = None,
     ) -> tuple[rules.Plan, View]:
+        preload = tuple(preload)
         use_cache, lost = True, 0
         for _ in range(MAX_CAS_RETRIES + 1):
             if lost:
@@ -749,7 +754,7 @@ class Engine(EngineReads):
             if claim.result != "claimed":
                 return None
             txn = (await self._prepare(view, plan)).join(
-                await self._prepare(claimed_view, claim))
+                await self._prepare(claimed_view, claim), self._store.max_txn_ops)
             if txn is None:
                 return None
             if not (await self._write(txn)).succeeded:

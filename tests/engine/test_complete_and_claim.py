@@ -495,3 +495,20 @@ def test_the_record_cache_is_bounded_and_never_goes_back() -> None:
     assert (counted.get("x"), len(counted)) == (None, 2)  # the count bound holds too
     cache.drop(["a", "missing"])
     assert cache.get("a") is None and cache.get("c") == (1, "C")
+
+
+def test_two_transitions_join_only_within_the_stores_limits() -> None:
+    """A completion and another task's claim go in one transaction only when they write
+    no key in common and the joined compares and writes fit the store's max_txn_ops."""
+    from axengine.engine._shell import _Txn
+    from axengine.store import Mod, Put
+
+    def txn(*keys: str) -> _Txn:
+        return _Txn([Mod(k) == 1 for k in keys], [Put(k, b"v") for k in keys], [], [])
+
+    joined = txn("a", "b").join(txn("c"), None)
+    assert joined is not None and [op.key for op in joined.ops] == ["a", "b", "c"]
+    assert len(joined.compares) == 3
+    assert txn("a", "b").join(txn("b"), None) is None  # a key written twice
+    assert txn("a", "b").join(txn("c"), 3) is not None
+    assert txn("a", "b").join(txn("c"), 2) is None  # three writes, the store takes two
