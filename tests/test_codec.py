@@ -16,6 +16,7 @@ from axengine.codec import (
     decode_effect,
     decode_event,
     decode_snapshot,
+    decode_snapshot_in,
     decode_task,
     encode_effect,
     encode_event,
@@ -151,6 +152,16 @@ def test_snapshot_round_trip_is_exact(snapshot: Snapshot) -> None:
     data = encode_snapshot(snapshot)
     assert isinstance(data, bytes)
     assert decode_snapshot(data) == snapshot
+
+
+@settings(deadline=None)
+@given(SNAPSHOTS, st.sets(st.sampled_from(list(NodeState))))
+def test_a_snapshot_decodes_only_in_the_states_asked(snapshot: Snapshot,
+                                                    states: set[NodeState]) -> None:
+    data = encode_snapshot(snapshot)
+    expected = snapshot if snapshot.state in states else None
+    assert decode_snapshot_in(data, states) == expected
+    assert decode_snapshot_in(data, None) == snapshot
 
 
 @settings(deadline=None)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
-from collections.abc import AsyncIterator, Callable, Collection, Mapping
+from collections.abc import AsyncIterator, Callable, Collection, Container, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -198,10 +198,13 @@ class EngineReads:
         kv = await self._store.get(self._keys.snapshot(task_id, node_id))
         return None if kv is None else codec.decode_snapshot(kv.value)
 
-    async def snapshots(self, task_id: str) -> list[Snapshot]:
-        """Every node snapshot of a task as stored (blobs not resolved), by node id."""
-        return [codec.decode_snapshot(kv.value)
-                for kv in await self._store.range(self._keys.snapshots(task_id))]
+    async def snapshots(self, task_id: str, *,
+                        states: Container[NodeState] | None = None) -> list[Snapshot]:
+        """Every node snapshot of a task as stored (blobs not resolved), by node id;
+        with ``states``, only the nodes in one of them (the others are not decoded)."""
+        found = (codec.decode_snapshot_in(kv.value, states)
+                 for kv in await self._store.range(self._keys.snapshots(task_id)))
+        return [snap for snap in found if snap is not None]
 
     async def get_task(self, task_id: str, *, resolve_blobs: bool = True) -> TaskView:
         """The task, its DAG and every node snapshot, in DAG order.

@@ -34,6 +34,10 @@ __all__ = ["ReconcileReport", "Reconciler"]
 
 log = logging.getLogger("axengine.reconciler")
 
+#: The states a pass acts on (a lease or stall to fence, a gate to time out, a waiting
+#: node to re-offer); a pass decodes no other node of an unfinished task.
+_LIVE = frozenset({NodeState.RUNNING, NodeState.PAUSED, NodeState.WAITING})
+
 
 @dataclass
 class ReconcileReport:
@@ -117,7 +121,7 @@ class Reconciler:
         for task in await engine.unfinished_tasks():
             report.tasks += 1
             dag = await engine.get_dag(task.dag_hash)
-            for snap in await engine.snapshots(task.task_id):
+            for snap in await engine.snapshots(task.task_id, states=_LIVE):
                 # (A PAUSED task's deadline moves on while it is paused.)
                 past_deadline = bool(task.deadline) and now >= rules.deadline_at(task, now)
                 if is_visit(snap.node_id) or (snap.owner in COMPOSITE_OWNERS
