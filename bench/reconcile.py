@@ -12,9 +12,11 @@ new task ids with :meth:`Engine.restore_task` — the keys and bytes a run leave
 fraction of the time. Then ``unfinished`` financial tasks are submitted with no worker
 running (their first node WAITING) and the first of them has its first node claimed by
 this process under a long lease (RUNNING, owner alive), so a pass has work to look at
-but nothing to repair. Each size gets a fresh reconciler, one untimed pass (leadership,
-the index check, the first enqueue of the WAITING nodes), then ``passes`` timed passes:
-the median is the figure, with the store reads and transactions each pass made.
+but nothing to repair. Each size has a store of its own (a SQLite file, or a prefix on
+the one etcd) and a reconciler that makes one untimed pass (leadership, the index check,
+the first enqueue of the WAITING nodes); then the sizes take turns for ``passes`` timed
+passes each, so a drift of the machine's speed weighs on both: the median is the
+figure, with the store reads and transactions each pass made.
 """
 
 from __future__ import annotations
@@ -85,68 +87,101 @@ async def _fill(engine: Engine, dag: Any, template: tuple[Any, ...], start: int,
     await asyncio.gather(*(one(i) for i in range(start, stop)))
 
 
+class _Store:
+    """One store of the measurement: ``finished`` tasks, the unfinished ones, its engine
+    and reconciler."""
+
+    def __init__(self, store_url: str, home: Path, prefix: str, owner: str) -> None:
+        self.store_url, self.prefix = store_url, prefix
+        self.store = CountingStore(open_store(store_url))
+        self.queue = open_queue("memory://")
+        self.engine = Engine(store=self.store, queue=self.queue, blob_dir=home / "blobs",
+                             prefix=prefix)
+        self.reconciler = Reconciler(self.engine, owner=owner, interval=3600.0)
+        self.times: list[float] = []
+        self.counts: Counter[str] = Counter()
+        self.report: Any = None
+
+    async def open_tasks(self, dag: Any, unfinished: int, owner: str) -> None:
+        """Submit the unfinished tasks (first node WAITING) and hold one node RUNNING."""
+        for i in range(unfinished):
+            await self.engine.submit(dag, {"doc": f"open-{i}"}, task_id=f"open-{i:03d}")
+        claim = await self.engine.claim("open-000", "parse_pdf", worker=owner,
+                                        lease_seconds=3600.0)
+        if claim.result != "claimed":
+            raise RuntimeError(f"could not hold a node RUNNING: {claim.result} {claim.reason}")
+
+    async def timed_pass(self) -> None:
+        self.store.counts.clear()
+        t = time.perf_counter()
+        self.report = await self.reconciler.run_once()
+        self.times.append(time.perf_counter() - t)
+        self.counts.update(self.store.counts)
+
+    async def close(self) -> None:
+        await self.queue.close()
+        if self.store_url.startswith("etcd"):
+            with contextlib.suppress(Exception):
+                await self.store.inner.txn([], [Delete(self.prefix + "/", prefix=True)])
+        await self.store.close()
+
+
 async def _run(spec: dict[str, Any]) -> dict[str, Any]:
     home = Path(tempfile.mkdtemp(prefix="ax-bench-rec-"))
-    prefix = f"/bench-rec-{secrets.token_hex(4)}"
-    store_url = spec.get("store_url") or f"sqlite:///{home / 'ax.db'}"
-    store = CountingStore(open_store(store_url))
-    queue = open_queue("memory://")
-    engine = Engine(store=store, queue=queue, blob_dir=home / "blobs", prefix=prefix)
     owner = host_pid_owner("bench")
-    worker = Worker(engine=engine, queue=queue, handler=shapes.echo_handler, worker_id=owner,
-                    concurrency=2, lease_seconds=30.0, poll_timeout=0.05)
     sizes = sorted(int(n) for n in spec.get("finished", (10, 10_000)))
     passes, unfinished = int(spec.get("passes", 9)), int(spec.get("unfinished", 5))
+    stores: dict[int, _Store] = {}
     points: dict[str, Any] = {}
     try:
         dag = load_dag_mapping(shapes.financial())
-        template = await _finished_template(engine, worker, dag)
-        await engine.submit(dag, {"doc": "running"}, task_id="open-000")
-        for i in range(1, unfinished):
-            await engine.submit(dag, {"doc": f"open-{i}"}, task_id=f"open-{i:03d}")
-        claim = await engine.claim("open-000", "parse_pdf", worker=owner,
-                                   lease_seconds=3600.0)
-        if claim.result != "claimed":
-            raise RuntimeError(f"could not hold a node RUNNING: {claim.result} {claim.reason}")
-        finished = 1  # the template task
+        template: tuple[Any, ...] = ()
+        fill: dict[int, float] = {}
         for n in sizes:
+            tag = secrets.token_hex(4)
+            url = spec.get("store_url") or f"sqlite:///{home / f'ax-{n}.db'}"
+            one = stores[n] = _Store(url, home, f"/bench-rec-{tag}", owner)
+            if not template:
+                worker = Worker(engine=one.engine, queue=one.queue,
+                                handler=shapes.echo_handler, worker_id=owner,
+                                concurrency=2, lease_seconds=30.0, poll_timeout=0.05)
+                template = await _finished_template(one.engine, worker, dag)
+                start = 1  # the template task is one of the finished
+            else:
+                start = 0
             t = time.perf_counter()
-            await _fill(engine, dag, template, finished - 1, n - 1)
-            fill_s = time.perf_counter() - t
-            finished = n
-            reconciler = Reconciler(engine, owner=owner, interval=3600.0)
-            await reconciler.run_once()  # untimed: index check, first enqueue
-            times: list[float] = []
-            counts: Counter[str] = Counter()
-            report = None
-            for _ in range(passes):
-                store.counts.clear()
-                t = time.perf_counter()
-                report = await reconciler.run_once()
-                times.append(time.perf_counter() - t)
-                counts.update(store.counts)
+            await _fill(one.engine, dag, template, start, n)
+            fill[n] = time.perf_counter() - t
+            await one.open_tasks(dag, unfinished, owner)
+            await one.reconciler.run_once()  # untimed: index check, first enqueue
+        # The sizes take turns, pass by pass, so a drift of the machine's speed weighs
+        # on both alike.
+        for _ in range(passes):
+            for n in sizes:
+                await stores[n].timed_pass()
+        for n in sizes:
+            one = stores[n]
+            report = one.report
             assert report is not None
             points[str(n)] = {
-                "finished": n, "unfinished": unfinished, "fill_s": round(fill_s, 3),
+                "finished": n, "unfinished": unfinished, "fill_s": round(fill[n], 3),
                 "passes": passes,
-                "pass_median_ms": round(statistics.median(times) * 1000, 4),
-                "pass": summary(times),
-                "reads_per_pass": round(sum(counts[k] for k in _READS) / passes, 2),
-                "txns_per_pass": round(counts["txn"] / passes, 2),
+                "pass_median_ms": round(statistics.median(one.times) * 1000, 4),
+                "pass": summary(one.times),
+                "reads_per_pass": round(sum(one.counts[k] for k in _READS) / passes, 2),
+                "txns_per_pass": round(one.counts["txn"] / passes, 2),
                 "tasks_seen": report.tasks,
                 "requeued_last_pass": len(report.requeued),
                 "expired_last_pass": len(report.expired),
             }
     finally:
-        await queue.close()
-        if store_url.startswith("etcd"):
-            with contextlib.suppress(Exception):
-                await store.inner.txn([], [Delete(prefix + "/", prefix=True)])
-        await store.close()
+        for one in stores.values():
+            await one.close()
         shutil.rmtree(home, ignore_errors=True)
     lo, hi = points[str(sizes[0])], points[str(sizes[-1])]
+    backend = spec.get("store_url") or "sqlite"
     return {
-        "backend": "etcd" if store_url.startswith("etcd") else "sqlite",
+        "backend": "etcd" if backend.startswith("etcd") else "sqlite",
         "points": points,
         "growth": round(hi["pass_median_ms"] / lo["pass_median_ms"], 3)
         if lo["pass_median_ms"] else None,

@@ -59,7 +59,7 @@ class Sizes:
     #: timed passes per size.
     reconciler_finished: tuple[int, ...] = (10, 10_000)
     reconciler_unfinished: int = 5
-    reconciler_passes: int = 9
+    reconciler_passes: int = 21
     #: ax on etcd + Redis, engine in process. The default lane waits up to the Redis
     #: poll interval per node, so its sequential counts are small.
     etcd_chain_default: int = 100
