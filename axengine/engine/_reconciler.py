@@ -27,16 +27,12 @@ from axengine.engine._stall import stall_verdict
 from axengine.errors import AxError
 from axengine.owners import owner_is_dead
 from axengine.queue import WorkItem
-from axengine.records import COMPOSITE_OWNERS, NodeState
+from axengine.records import ACTIVE_STATES, COMPOSITE_OWNERS, NodeState
 from axengine.store import Delete, KeyValue, Mod, Put
 
 __all__ = ["ReconcileReport", "Reconciler"]
 
 log = logging.getLogger("axengine.reconciler")
-
-#: The states a pass acts on (a lease or stall to fence, a gate to time out, a waiting
-#: node to re-offer); a pass decodes no other node of an unfinished task.
-_LIVE = frozenset({NodeState.RUNNING, NodeState.PAUSED, NodeState.WAITING})
 
 
 @dataclass
@@ -121,7 +117,9 @@ class Reconciler:
         for task in await engine.unfinished_tasks():
             report.tasks += 1
             dag = await engine.get_dag(task.dag_hash)
-            for snap in await engine.snapshots(task.task_id, states=_LIVE):
+            # Only the states a pass acts on (a lease or stall to fence, a gate to time
+            # out, a waiting node to re-offer): no other node of the task is decoded.
+            for snap in await engine.snapshots(task.task_id, states=ACTIVE_STATES):
                 # (A PAUSED task's deadline moves on while it is paused.)
                 past_deadline = bool(task.deadline) and now >= rules.deadline_at(task, now)
                 if is_visit(snap.node_id) or (snap.owner in COMPOSITE_OWNERS
