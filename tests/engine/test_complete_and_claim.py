@@ -21,7 +21,6 @@ from hypothesis import strategies as st
 
 from axengine.dag import Dag, load_dag_mapping
 from axengine.engine import Engine, EngineConfig, NodeState, TaskRecord
-from axengine.engine._rules import RuleConfig
 from axengine.queue import WorkItem
 from axengine.queue.inprocess import InProcessQueue
 from axengine.store.embedded import SqliteStore
@@ -32,6 +31,7 @@ from tests.engine.test_interleavings import (
     OP_STEPS,
     assert_finished_cleanly,
     dags,
+    scenario_engine,
     two_node_dag,
     value_of,
 )
@@ -324,12 +324,9 @@ def test_merged_commit_and_claim_across_two_tasks_keeps_the_fence_rules(
 
 async def _scenario(base: Path, dag: Dag, script: list[tuple[str, object, object]],
                     seed: int, *, tasks: int) -> None:
-    clock = FakeClock()
-    store = SqliteStore(path=base / "ax.db")
-    queue = InProcessQueue()
-    engine = Engine(store=store, queue=queue, blob_dir=base / "blobs", clock=clock,
-                    config=EngineConfig(lease_seconds=30,
-                                        rules=RuleConfig(backoff_base=0.5, backoff_cap=2.0)))
+    engine, store, clock = scenario_engine(base)
+    queue = engine.queue
+    assert isinstance(queue, InProcessQueue)
     try:
         ids = [(await engine.submit(dag, {"seed": seed})).task_id for _ in range(tasks)]
         held: dict[str, list[tuple[str, str, int]]] = {"A": [], "B": []}

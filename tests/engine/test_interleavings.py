@@ -87,13 +87,20 @@ def test_random_interleavings_keep_invariants(tmp_path_factory: object, dag: Dag
     asyncio.run(_scenario(base, dag, script, seed))
 
 
-async def _scenario(base: Path, dag: Dag, script: list[tuple[str, object, object]],
-                    seed: int) -> None:
+def scenario_engine(base: Path) -> tuple[Engine, SqliteStore, FakeClock]:
+    """The engine the property scenarios play against: a SQLite file under ``base``, an
+    in-process queue, a fake clock, 30 s leases and short backoffs."""
     clock = FakeClock()
     store = SqliteStore(path=base / "ax.db")
     engine = Engine(store=store, queue=InProcessQueue(), blob_dir=base / "blobs", clock=clock,
                     config=EngineConfig(lease_seconds=30,
                                         rules=RuleConfig(backoff_base=0.5, backoff_cap=2.0)))
+    return engine, store, clock
+
+
+async def _scenario(base: Path, dag: Dag, script: list[tuple[str, object, object]],
+                    seed: int) -> None:
+    engine, store, clock = scenario_engine(base)
     try:
         task = (await engine.submit(dag, {"seed": seed})).task_id
         await play_script(engine, clock, task, script, lambda node, fence, _: Success(

@@ -17,13 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from axengine.dag import Dag, load_dag_mapping
-from axengine.engine import Engine, EngineConfig, NodeState
-from axengine.engine._rules import RuleConfig
-from axengine.queue.inprocess import InProcessQueue
-from axengine.store.embedded import SqliteStore
+from axengine.engine import Engine, NodeState
 from executors.contract import Failure, Success
-from tests.engine.conftest import FakeClock
-from tests.engine.test_interleavings import OP_STEPS, play_script
+from tests.engine.test_interleavings import OP_STEPS, play_script, scenario_engine
 
 FINAL = {NodeState.SUCCEEDED, NodeState.FAILED, NodeState.SKIPPED, NodeState.CANCELLED,
          NodeState.DEAD}
@@ -92,11 +88,7 @@ def test_random_maps_and_loops_keep_their_invariants(
 async def _scenario(base: Path, shape: dict[str, Any],
                     script: list[tuple[str, object, object]]) -> None:
     dag = dag_for(shape)
-    clock = FakeClock()
-    store = SqliteStore(path=base / "ax.db")
-    engine = Engine(store=store, queue=InProcessQueue(), blob_dir=base / "blobs", clock=clock,
-                    config=EngineConfig(lease_seconds=30,
-                                        rules=RuleConfig(backoff_base=0.5, backoff_cap=2.0)))
+    engine, store, clock = scenario_engine(base)
     try:
         task = (await engine.submit(dag, {"items": shape["items"]})).task_id
         await play_script(engine, clock, task, script,
