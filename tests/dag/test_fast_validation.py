@@ -7,14 +7,13 @@
   off (every template through Jinja, as before).
 * The garbage collector paused while a DAG loads is running again afterwards, also when
   the load fails, and stays off when it was off.
-* A 10,000-node chain with one template per node validates in seconds (it took 11 s
-  when every template was compiled).
+* A 10,000-node chain with one template per node validates without Jinja (it took 11 s
+  when every template was compiled; bench/validation.py times it).
 """
 
 from __future__ import annotations
 
 import gc
-import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -187,7 +186,10 @@ def test_the_collector_runs_again_after_a_load() -> None:
         gc.enable()
 
 
-def test_ten_thousand_templated_nodes_validate_quickly() -> None:
+def test_ten_thousand_templated_nodes_validate_without_jinja(jinja_fails: None) -> None:
+    # How fast is measured in bench/validation.py (under 1 s there); this test holds the
+    # reason it is fast: not one of the 10,000 templates reaches Jinja's lexer, parser
+    # or compiler, and every one is still checked (the last node's reference is found).
     lines = ["name: chain", "nodes:"]
     for i in range(10_000):
         source = f"{{{{ .nodes.n{i - 1}.output.x }}}}" if i else "{{ .input.x }}"
@@ -197,11 +199,9 @@ def test_ten_thousand_templated_nodes_validate_quickly() -> None:
             lines.append(f"    next: n{i + 1}")
     text = "\n".join(lines) + "\n"
 
-    started = time.perf_counter()
     dag = load_dag_text(text, tools=TOOLS, models=MODELS)
-    elapsed = time.perf_counter() - started
-
     assert len(dag.nodes) == 10_000
-    # Under 1 s on the bench machine (bench/validation.py); the bound here leaves room
-    # for a loaded CI machine while still catching a return to compiling each template.
-    assert elapsed < 5.0, f"10k-node templated chain took {elapsed:.2f}s"
+
+    broken = text.replace("{{ .nodes.n9998.output.x }}", "{{ .nodes.n9999.output.x }}")
+    found = _load(broken)
+    assert [(p.code, p.node) for p in found] == [("bad-reference", "n9999")]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -313,16 +312,12 @@ nodes:
 # -- scale --------------------------------------------------------------------------------
 
 
-def test_ten_thousand_node_chain_validates_quickly() -> None:
-    text = chain(10_000)
-
-    started = time.perf_counter()
-    dag = load_dag_text(text, tools=TOOLS, models=MODELS)
-    elapsed = time.perf_counter() - started
+def test_ten_thousand_node_chain_validates() -> None:
+    # bench/validation.py times this size; here it must load, whole and in order.
+    dag = load_dag_text(chain(10_000), tools=TOOLS, models=MODELS)
 
     assert len(dag.nodes) == 10_000
     assert dag.entry_nodes == ("n0",)
-    assert elapsed < 5.0, f"10k-node chain took {elapsed:.2f}s"
 
 
 def test_long_chain_with_references_and_a_cycle_at_the_end() -> None:
