@@ -9,9 +9,10 @@ Times are UNIX seconds (float); 0 means "not set".
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
+from types import MemberDescriptorType
 from typing import Any, TypeVar
 
 from axengine.activity import Activity
@@ -294,30 +295,61 @@ NO_EDITS: Any = _NoEdits()
 
 
 _R = TypeVar("_R")
-#: Field names of each record class :func:`replace` has copied, in declaration order.
-_FIELDS: dict[type, tuple[tuple[str, ...], frozenset[str]]] = {}
+#: The copier :func:`replace` made for each record class, on first use.
+_COPIERS: dict[type, Callable[[Any, dict[str, Any]], Any]] = {}
 
 
 def replace(record: _R, /, **changes: Any) -> _R:
-    """``dataclasses.replace`` for the frozen records of this package, about twice as
-    fast: the fields are copied into a new instance without running ``__init__`` (the
-    records have no ``__post_init__`` and no derived fields; a transition copies a
-    40-field snapshot about ten times per node).
+    """``dataclasses.replace`` for the frozen records of this package, about 2.5 times
+    as fast for slotted ones: a new instance gets the fields through their slot
+    descriptors, without ``__init__`` (the records have no ``__post_init__`` and no derived fields;
+    a transition copies a 44-field snapshot about ten times per node).
 
     Raises:
         TypeError: ``changes`` names a field the record does not have.
     """
     cls = type(record)
-    known = _FIELDS.get(cls)
-    if known is None:
-        names = tuple(f.name for f in fields(cls))  # type: ignore[arg-type]
-        known = _FIELDS[cls] = (names, frozenset(names))
-    names, name_set = known
-    if not changes.keys() <= name_set:
-        unknown = sorted(changes.keys() - name_set)
-        raise TypeError(f"{cls.__name__} has no field(s) {', '.join(unknown)}")
-    new = object.__new__(cls)
-    for name in names:
-        object.__setattr__(new, name, changes[name] if name in changes else
-                           getattr(record, name))
-    return new
+    copier = _COPIERS.get(cls)
+    if copier is None:
+        copier = _COPIERS[cls] = _copier(cls)
+    return copier(record, changes)  # type: ignore[no-any-return]
+
+
+def _copier(cls: type) -> Callable[[Any, dict[str, Any]], Any]:
+    """A function ``(record, changes) -> copy`` for the frozen dataclass ``cls``: one
+    line per field, as ``dataclasses`` makes ``__init__`` (a loop over 44 fields with a
+    lookup each costs twice as much), then the changed fields set by name."""
+    names = [f.name for f in fields(cls)]
+    setters = {name: _setter(cls, name) for name in names}
+    if not all(name.isidentifier() for name in names):
+        raise TypeError(f"{cls.__name__}: field names must be identifiers")
+
+    def unknown(changes: dict[str, Any]) -> None:
+        wrong = sorted(changes.keys() - setters.keys())
+        raise TypeError(f"{cls.__name__} has no field(s) {', '.join(wrong)}")
+
+    lines = ["def copy(record, changes):", "    new = new_instance(cls)"]
+    lines += [f"    set_{name}(new, record.{name})" for name in names]
+    lines += ["    for name, value in changes.items():",
+              "        setter = setters.get(name)",
+              "        if setter is None:",
+              "            unknown(changes)",
+              "        setter(new, value)",
+              "    return new"]
+    scope: dict[str, Any] = {"new_instance": object.__new__, "cls": cls,
+                             "setters": setters, "unknown": unknown,
+                             **{f"set_{name}": setters[name] for name in names}}
+    exec("\n".join(lines), scope)  # the source holds only the checked field names
+    return scope["copy"]  # type: ignore[no-any-return]
+
+
+def _setter(cls: type, name: str) -> Callable[[Any, Any], None]:
+    """What sets field ``name`` of a ``cls`` instance past a frozen ``__setattr__``: its
+    slot's descriptor, or (a class without slots) ``object.__setattr__``."""
+    slot = cls.__dict__.get(name)
+    if isinstance(slot, MemberDescriptorType):
+        return slot.__set__
+
+    def set_field(obj: Any, value: Any) -> None:
+        object.__setattr__(obj, name, value)
+    return set_field

@@ -326,3 +326,8 @@ def test_the_records_replace_matches_dataclasses_replace() -> None:
         task, status=TaskStatus.PAUSED)
     with pytest.raises(TypeError, match="no field"):
         replace(snap, colour="red")
+    # Records without slots (a ramp) are copied too.
+    from axengine.engine._ramp import Ramp
+
+    ramp = Ramp(limit=2, since=5.0)
+    assert replace(ramp, limit=3) == dataclasses.replace(ramp, limit=3)
