@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -48,6 +49,15 @@ def load_any_dag(dag: str | Path | Dag | Mapping[str, Any]) -> Dag:
     if isinstance(dag, Mapping):
         return dagmod.load_dag_mapping(dag)
     return dagmod.load_dag(dag)
+
+
+@dataclass
+class _Watch:
+    """The tasks :meth:`LocalSession.wait` is waiting on: set on each commit."""
+
+    changed: asyncio.Event
+    latest: TaskRecord | None = None  # as the last commit in this process wrote it
+    waiters: int = 0
 
 
 class LocalSession:
@@ -109,7 +119,7 @@ class LocalSession:
                                   runners=built, runner=runner,
                                   fast_share=self.config.worker.fast_share,
                                   aging_seconds=self.config.worker.aging_seconds)))
-        self._changed: dict[str, asyncio.Event] = {}
+        self._watching: dict[str, _Watch] = {}
 
     @property
     def engine(self) -> Engine:
@@ -125,9 +135,12 @@ class LocalSession:
         await self.process.shutdown()
 
     def _on_commit(self, task: TaskRecord, events: Sequence[Event]) -> None:
-        flag = self._changed.get(task.task_id)
-        if flag is not None:
-            flag.set()
+        watch = self._watching.get(task.task_id)
+        if watch is not None:
+            # The engine calls its listeners in commit order within the task's turn, so
+            # the last record seen here is the task as it stands (for this process).
+            watch.latest = task
+            watch.changed.set()
 
     async def submit(self, dag: str | Path | Dag | Mapping[str, Any], input: Any,
                      **options: Any) -> str:
@@ -158,17 +171,37 @@ class LocalSession:
             timeout: Give up waiting after this many seconds (the task keeps its state).
         """
         decide = dict(decide or {})
-        flag = self._changed.setdefault(task_id, asyncio.Event())
+        watch = self._watching.get(task_id)
+        if watch is None:
+            watch = self._watching[task_id] = _Watch(asyncio.Event())
+        watch.waiters += 1
+        try:
+            await self._wait(task_id, watch, decide, decided_by, on_gate, timeout)
+        finally:
+            watch.waiters -= 1
+            if not watch.waiters:
+                del self._watching[task_id]
+        return await self.result(task_id)
+
+    async def _wait(self, task_id: str, watch: _Watch, decide: dict[str, str],
+                    decided_by: str, on_gate: GateDecider | None,
+                    timeout: float | None) -> None:
         loop = asyncio.get_running_loop()
         end = None if timeout is None else loop.time() + timeout
         asked: set[str] = set()
+        record: TaskRecord | None = None
         while True:
-            flag.clear()
-            # Only the task record on every wake-up: loading every snapshot per commit
-            # would make waiting O(nodes) per node.
-            status = (await self.engine.task_record(task_id)).status
+            watch.changed.clear()
+            # Only the task record on every wake-up (loading every snapshot per commit
+            # would make waiting O(nodes) per node), and on a commit's wake-up the record
+            # that commit wrote: the store is read first, after a decision, and when a
+            # second passes without a commit here (another process may have written).
+            if record is None:
+                record = await self.engine.task_record(task_id)
+            status = record.status
+            record = None
             if status.final:
-                break
+                return
             if status is TaskStatus.PAUSED:
                 view = await self.engine.get_task(task_id)
                 progressed = False
@@ -181,16 +214,15 @@ class LocalSession:
                         await self.engine.decide(task_id, gate, decision=decision,
                                                  by=decided_by, comment="")
                         progressed = True
-                if not progressed:
-                    if not any(resumes_by_itself(s, view.dag.node(n).type)
-                               for n, s in view.snapshots.items()):
-                        break
-                    # A pause with a set time: the reconciler resumes it; wait on.
-                else:
+                if progressed:
                     continue
+                if not any(resumes_by_itself(s, view.dag.node(n).type)
+                           for n, s in view.snapshots.items()):
+                    return
+                # A pause with a set time: the reconciler resumes it; wait on.
             wait_for = 1.0 if end is None else min(1.0, end - loop.time())
             if wait_for <= 0:
-                break
+                return
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(flag.wait(), timeout=wait_for)
-        return await self.result(task_id)
+                await asyncio.wait_for(watch.changed.wait(), timeout=wait_for)
+                record = watch.latest

@@ -70,6 +70,8 @@ def test_the_async_engine_runs_tasks_concurrently(tmp_path: Path) -> None:
             runs = [engine.run(FINANCIAL, INPUT, labels={"n": str(i)}) for i in range(4)]
             runs.append(engine.run(GATED, decide={"review": "reject"}))
             results = list(await asyncio.gather(*runs))
+            # Nothing is kept per finished wait (a long-lived engine runs millions).
+            assert engine._session._watching == {}
         with pytest.raises(RuntimeError, match="closed"):
             await engine.run(GATED)
         return results
