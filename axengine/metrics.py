@@ -71,6 +71,8 @@ log = logging.getLogger("axengine.metrics")
 
 #: Listener records kept until the next drain; older ones are dropped (and counted).
 MAX_PENDING = 100_000
+#: DAGs whose node types the metrics keep (a drain resolves each commit's node type).
+MAX_DAG_TYPES = 256
 #: Tasks with waiting or running nodes whose snapshots one scrape reads (``ax_nodes``
 #: running/waiting and ``ax_oldest_waiting_seconds``); beyond it those gauges undercount.
 OLDEST_WAITING_SCAN = 5_000
@@ -182,6 +184,8 @@ class AxMetrics:
         GCCollector(registry=r)
         self._pending: deque[_Pending] = deque()
         self._max_pending = max_pending
+        #: Node id → node type, by DAG hash (at most MAX_DAG_TYPES DAGs).
+        self._types: dict[str, dict[str, str]] = {}
         self.lanes: set[str] = {"default", "fast"}
 
     # ------------------------------------------------------------------ feeding
@@ -288,9 +292,17 @@ class AxMetrics:
                 dag_hash = (await engine.task_record(item.task_id)).dag_hash
             except NotFound:
                 return {}
-        dag = await engine.get_dag(dag_hash)
-        self.lanes.update(node.lane for node in dag.nodes.values())
-        return {nid: node.type for nid, node in dag.nodes.items()}
+        types = self._types.get(dag_hash)
+        if types is None:
+            # Once per DAG (DAGs are stored by content hash and never change): a commit
+            # of a 10,000-node DAG's node must not walk its 10,000 nodes again.
+            dag = await engine.get_dag(dag_hash)
+            self.lanes.update(node.lane for node in dag.nodes.values())
+            types = {nid: node.type for nid, node in dag.nodes.items()}
+            if len(self._types) >= MAX_DAG_TYPES:
+                del self._types[next(iter(self._types))]  # the one seen first
+            self._types[dag_hash] = types
+        return types
 
     def _count(self, event: Event, node_type: str) -> None:
         kind = event.kind

@@ -81,6 +81,35 @@ def test_events_are_counted_by_node_type(tmp_path: Path) -> None:
     assert b"ax_node_outcomes_total" in generate_latest(m.registry)
 
 
+def test_a_dags_node_types_are_resolved_once_for_all_its_commits(tmp_path: Path) -> None:
+    async def main() -> tuple[AxMetrics, list[str]]:
+        store = SqliteStore(path=tmp_path / "ax.db")
+        metrics = AxMetrics()
+        engine = Engine(store=store, queue=InProcessQueue(), blob_dir=tmp_path)
+        dag = load_dag_text(DAG)
+        await engine.put_dag(dag)
+        asked: list[str] = []
+        get_dag = engine.get_dag
+
+        async def counted(dag_hash: str) -> Any:
+            asked.append(dag_hash)
+            return await get_dag(dag_hash)
+
+        engine.get_dag = counted  # type: ignore[method-assign]
+        task = TaskRecord(task_id="t", dag_hash=dag.hash, dag_name="m")
+        for node in ("a", "b") * 50:
+            metrics.on_commit(task, [event("committed", node)])
+        assert await metrics.drain(engine) == 100
+        await store.close()
+        return metrics, asked
+
+    m, asked = asyncio.run(main())
+    assert len(asked) == 1
+    outcomes = "ax_node_outcomes_total"
+    assert sample(m, outcomes, node_type="tool_call", outcome="committed") == 50
+    assert sample(m, outcomes, node_type="llm_call", outcome="committed") == 50
+
+
 def test_pending_records_are_bounded() -> None:
     metrics = AxMetrics(max_pending=2)
     task = TaskRecord(task_id="t", dag_hash="h", dag_name="n")
