@@ -183,6 +183,9 @@ class Worker:
         #: commits each node plainly and claims nothing more).
         self._stop: asyncio.Event | None = None
         self.processed = 0
+        #: True while the serving loop waits in a pop on all its lanes (a slot is free):
+        #: an item queued meanwhile goes to that slot at once.
+        self._polling = False
         #: Emits a span per node attempt when this process traces (docs/tracing.md).
         self.tracing = tracing.current()
 
@@ -222,9 +225,13 @@ class Worker:
                             await asyncio.wait_for(self._fast_freed.wait(), CAPPED_POLL)
                         continue
                 else:
-                    item = await self.queue.pop(self.worker_id, lanes=self.lanes,
-                                                timeout=self.poll_timeout,
-                                                aging=self.aging_seconds)
+                    self._polling = True
+                    try:
+                        item = await self.queue.pop(self.worker_id, lanes=self.lanes,
+                                                    timeout=self.poll_timeout,
+                                                    aging=self.aging_seconds)
+                    finally:
+                        self._polling = False
                 if item is None:
                     slots.release()
                     continue
@@ -355,7 +362,11 @@ class Worker:
     async def _take_next(self, lane: str) -> WorkItem | None:
         """Pop, without waiting, the item this slot would take once the node it runs in
         ``lane`` completes — from the lanes the serving loop would pop then (the fast
-        lane capped by its share, that slot counted free). None: nothing waits there."""
+        lane capped by its share, that slot counted free). None: nothing waits there,
+        or a free slot waits in a pop on every lane (what is queued goes to it; asking
+        the queue would cost a round trip per node that finds nothing)."""
+        if self._polling:
+            return None
         fast = self._fast_in_flight - (lane == FAST_LANE)
         lanes = (self._capped_lanes if self._capped_lanes is not None
                  and fast >= self.fast_slots else self.lanes)

@@ -319,3 +319,32 @@ def test_a_completing_slot_takes_next_what_the_serving_loop_would_pop() -> None:
         assert await queue.depth(FAST_LANE) == 0
 
     asyncio.run(main())
+
+
+def test_a_slot_does_not_ask_the_queue_while_a_free_slot_waits_on_every_lane() -> None:
+    """While the serving loop waits in a pop on all its lanes, whatever is queued goes
+    to that free slot: a completing slot takes nothing next and spends no round trip."""
+    async def main() -> tuple[WorkItem | None, int, int]:
+        queue = PopLog()
+        seen: list[tuple[WorkItem | None, int, int]] = []
+
+        async def body(item: WorkItem) -> None:
+            async with asyncio.timeout(HANG):
+                while not worker._polling:  # the loop's pop for the free slot
+                    queue.popping.clear()
+                    await queue.popping.wait()
+            asked = len(queue.asked)
+            seen.append((await worker._take_next(item.lane), asked, len(queue.asked)))
+
+        worker = Recorder(body, queue=queue, concurrency=2)
+
+        async def scenario() -> None:
+            await queue.enqueue(items(DEFAULT_LANE, 1))
+            await worker.until(lambda: len(seen) == 1)
+
+        await serve(worker, scenario)
+        return seen[0]
+
+    taken, asked_before, asked_after = asyncio.run(main())
+    assert taken is None
+    assert asked_after == asked_before  # the queue was not asked
