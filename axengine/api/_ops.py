@@ -70,6 +70,8 @@ MAX_PAGE = 1000
 DEFAULT_EVENTS = 1000
 #: ``file`` of problems in DAGs that came in a request.
 REQUEST_FILE = "<request>"
+#: Kinds of the events a task's status changes write (``task_running``, ``task_failed``...).
+STATUS_EVENT_PREFIX = "task_"
 #: Task events after which a watch ends.
 FINAL_EVENT_KINDS = frozenset({"task_succeeded", "task_failed", "task_dead", "task_cancelled"})
 
@@ -331,6 +333,7 @@ class _Cursor:
 
 
 async def follow_events(engine: Engine, task_id: str, *, after_seq: int = 0,
+                        task: TaskRecord | None = None,
                         stopping: asyncio.Event | None = None, keepalive: float = 15.0,
                         max_seconds: float = 3600.0,
                         ) -> AsyncGenerator[Event | WatchEnd | None, None]:
@@ -351,18 +354,28 @@ async def follow_events(engine: Engine, task_id: str, *, after_seq: int = 0,
     watch covers a task that commits nothing after the live watch starts (ended or
     paused in between). The cursor drops what a second source repeats.
 
+    ``task``: the task's record, when the caller has read it already (to answer "not
+    found" before a stream starts); otherwise it is read here.
+
     Raises:
         NotFound: The task does not exist (before anything is yielded).
     """
+    # ``task`` (the caller checked that it exists) may be read before the revision: a
+    # status it did not show final is final by an event, which the replay below holds
+    # if it came before the revision, and the history watch from the revision on if it
+    # came after.
+    task = task or await require_task(engine, task_id)
     start = await engine.revision()
-    await require_task(engine, task_id)
     cursor = _Cursor(after_seq)
+    status = ""  # as the last status change in the replay left it
     for event in await engine.events(task_id):
         if cursor.take(event):
             yield event
-    task = await require_task(engine, task_id)
-    if task.status.final:
-        yield WatchEnd(task_id, task.status.value)
+        if event.kind.startswith(STATUS_EVENT_PREFIX):
+            status = event.state
+    # (No status event: a task stored without its events, e.g. by a seed-era tool.)
+    if TaskStatus(status or task.status).final:
+        yield WatchEnd(task_id, status or task.status.value)
         return
     # (from the live watch?, an event or the failure that ended a watch)
     inbox: asyncio.Queue[tuple[bool, Event | BaseException]] = asyncio.Queue()

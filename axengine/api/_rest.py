@@ -626,9 +626,9 @@ def create_app(*, engine: Engine, auth: Authenticator | None, metrics: AxMetrics
         """Server-sent events: one ``data:`` JSON per event until the task is final."""
         if last_event_id and last_event_id.isdigit():
             after_seq = max(after_seq, int(last_event_id))
-        await ops.require_task(engine, task_id)
-        stream = ops.follow_events(engine, task_id, after_seq=after_seq, stopping=stop,
-                                   keepalive=SSE_KEEPALIVE)
+        task = await ops.require_task(engine, task_id)  # a 404 before the stream starts
+        stream = ops.follow_events(engine, task_id, after_seq=after_seq, task=task,
+                                   stopping=stop, keepalive=SSE_KEEPALIVE)
         return StreamingResponse(_sse(stream), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache",
                                           "X-Accel-Buffering": "no"})

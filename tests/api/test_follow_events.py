@@ -28,6 +28,7 @@ class FakeEngine:
         self.stored: list[Event] = []
         self.watches: list[asyncio.Queue[Event]] = []
         self.serve_history = serve_history
+        self.task_reads = 0
         #: Called as the live watch starts: commits made by ``before_live`` are missed
         #: by it, those made by ``after_live`` are delivered by it.
         self.before_live: Callable[[], None] = lambda: None
@@ -38,7 +39,7 @@ class FakeEngine:
         """One transaction: its events share the new revision as their seq."""
         self.revision_now += 1
         for kind in kinds:
-            state = "SUCCEEDED" if kind == "task_succeeded" else ""
+            state = kind.removeprefix("task_").upper() if kind.startswith("task_") else ""
             event = Event(TASK, f"e{len(self.stored):03d}", kind, at=0.0,
                           seq=self.revision_now, state=state)
             self.stored.append(event)
@@ -49,6 +50,7 @@ class FakeEngine:
         return self.revision_now
 
     async def task_record(self, task_id: str) -> Any:
+        self.task_reads += 1
         return SimpleNamespace(status=TaskStatus.RUNNING)
 
     async def events(self, task_id: str) -> list[Event]:
@@ -130,3 +132,27 @@ def test_a_resumed_stream_sends_nothing_up_to_after_seq() -> None:
     items = asyncio.run(follow(engine, after_seq=1))
     assert kinds_of(items) == ["task_succeeded", "SUCCEEDED"]
 
+
+
+def test_a_task_whose_replay_ends_final_ends_the_stream_with_one_task_read() -> None:
+    engine = FakeEngine(serve_history=False)
+    engine.commit("claimed")
+    engine.commit("committed", "task_succeeded")
+
+    def watched() -> None:
+        raise AssertionError("a finished task's stream started a watch")
+
+    engine.before_live = watched
+    items = asyncio.run(follow(engine))
+    assert kinds_of(items)[-2:] == ["task_succeeded", "SUCCEEDED"]
+    assert engine.task_reads == 1
+
+
+def test_a_task_retried_after_it_failed_is_followed_past_its_old_final_event() -> None:
+    engine = FakeEngine(serve_history=False)
+    engine.commit("dead", "task_failed")
+    engine.commit("retried", "task_running")  # a retry re-opened the finished task
+    engine.after_live = lambda: engine.commit("committed", "task_succeeded")
+    items = asyncio.run(follow(engine))
+    assert kinds_of(items) == ["submitted", "ready", "dead", "task_failed", "retried",
+                               "task_running", "committed", "task_succeeded", "SUCCEEDED"]
