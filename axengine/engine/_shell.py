@@ -874,8 +874,10 @@ class Engine(EngineReads):
 
     async def task_effects(self, task_id: str) -> dict[str, list[codec.EffectRecord]]:
         """The outbox records of a task's nodes, by node id (from the effect index: two
-        reads whatever the store holds)."""
+        reads whatever the store holds; one when the task has none)."""
         entries = await self._store.range(self._keys.effects_of(task_id))
+        if not entries:
+            return {}
         found = await self._store.get_many([self._keys.effect(kv.value.decode())
                                             for kv in entries])
         out: dict[str, list[codec.EffectRecord]] = {}

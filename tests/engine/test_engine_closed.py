@@ -192,6 +192,7 @@ def test_a_stale_fence_can_neither_begin_nor_finish_an_effect(
     async def main() -> None:
         task, fence = await _claimed(engine)
         ids = {"task_id": task, "node_id": "send"}
+        assert await engine.task_effects(task) == {}
         # A fence the node never had, and a node that does not exist: nothing begins.
         assert await engine.effect_begin("k", fence=fence + 1, **ids) == "stale"
         assert await engine.effect_begin("k", task_id=task, node_id="nope",
@@ -216,6 +217,7 @@ def test_a_stale_fence_can_neither_begin_nor_finish_an_effect(
         assert await engine.effect_done("k", {"id": 2}, fence=new, **ids) == "ok"
         record = await engine.effect_get("k")
         assert (record.state, record.result) == ("DONE", {"id": 2})
+        assert [e.key for e in (await engine.task_effects(task))["send"]] == ["k"]
         assert await engine.effect_begin("k", fence=new, **ids) == "DONE"
         assert await engine.effect_begin("k", fence=fence, **ids) == "stale"
 
