@@ -47,6 +47,7 @@ __all__ = [
     "dags_page",
     "event_json",
     "events_page",
+    "follow_event_batches",
     "follow_events",
     "inline_dag_name",
     "list_page",
@@ -332,15 +333,17 @@ class _Cursor:
         return True
 
 
-async def follow_events(engine: Engine, task_id: str, *, after_seq: int = 0,
-                        task: TaskRecord | None = None,
-                        stopping: asyncio.Event | None = None, keepalive: float = 15.0,
-                        max_seconds: float = 3600.0,
-                        ) -> AsyncGenerator[Event | WatchEnd | None, None]:
-    """Events of a task as they commit: first those with ``seq > after_seq``, then live
-    ones from store watches, until the task is final (:class:`WatchEnd`), ``stopping``
-    is set or ``max_seconds`` pass. ``None`` is yielded after ``keepalive`` seconds of
-    silence so the caller can probe its connection.
+async def follow_event_batches(engine: Engine, task_id: str, *, after_seq: int = 0,
+                               task: TaskRecord | None = None,
+                               stopping: asyncio.Event | None = None,
+                               keepalive: float = 15.0, max_seconds: float = 3600.0,
+                               ) -> AsyncGenerator[list[Event] | WatchEnd | None, None]:
+    """Events of a task as they commit, in batches: first those with ``seq >
+    after_seq``, then live ones from store watches (a batch: all that arrived by the
+    time the stream looked, e.g. the events of one transaction), until the task is final
+    (:class:`WatchEnd`), ``stopping`` is set or ``max_seconds`` pass. ``None`` is
+    yielded after ``keepalive`` seconds of silence so the caller can probe its
+    connection.
 
     Live events come from two watches, because etcd serves a watch that starts at a
     past revision from its history only on its next history sync, up to 100 ms later
@@ -368,11 +371,13 @@ async def follow_events(engine: Engine, task_id: str, *, after_seq: int = 0,
     start = await engine.revision()
     cursor = _Cursor(after_seq)
     status = ""  # as the last status change in the replay left it
-    for event in await engine.events(task_id):
-        if cursor.take(event):
-            yield event
+    replay = await engine.events(task_id)
+    for event in replay:
         if event.kind.startswith(STATUS_EVENT_PREFIX):
             status = event.state
+    replayed = [event for event in replay if cursor.take(event)]
+    if replayed:
+        yield replayed
     # (No status event: a task stored without its events, e.g. by a seed-era tool.)
     if TaskStatus(status or task.status).final:
         yield WatchEnd(task_id, status or task.status.value)
@@ -409,32 +414,61 @@ async def follow_events(engine: Engine, task_id: str, *, after_seq: int = 0,
                 if not done and end - loop.time() > 0:
                     yield None
                 continue
-            live, item = get_task.result()
+            arrived = [get_task.result()]
             get_task = None
-            if not live and history_task is None:
-                continue  # queued before the history watch was dropped
-            if isinstance(item, BaseException):
-                raise item
-            batch = [item]
-            if live and history_task is not None:
-                history_task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await history_task
-                history_task = None
-                batch = await engine.events(task_id)
-            for event in batch:
-                if not cursor.take(event):
-                    continue
-                yield event
-                if event.kind in FINAL_EVENT_KINDS:
-                    yield WatchEnd(task_id, event.state)
-                    return
+            while not inbox.empty():  # the rest of what came meanwhile: one batch
+                arrived.append(inbox.get_nowait())
+            out: list[Event] = []
+            for live, item in arrived:
+                if not live and history_task is None:
+                    continue  # queued before the history watch was dropped
+                if isinstance(item, BaseException):
+                    if out:
+                        yield out
+                    raise item
+                batch = [item]
+                if live and history_task is not None:
+                    history_task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await history_task
+                    history_task = None
+                    batch = await engine.events(task_id)
+                for event in batch:
+                    if not cursor.take(event):
+                        continue
+                    out.append(event)
+                    if event.kind in FINAL_EVENT_KINDS:
+                        yield out
+                        yield WatchEnd(task_id, event.state)
+                        return
+            if out:
+                yield out
     finally:
         for pending in (history_task, live_task, stop_task, get_task):
             if pending is not None:
                 pending.cancel()
                 with contextlib.suppress(BaseException):
                     await pending
+
+
+async def follow_events(engine: Engine, task_id: str, *, after_seq: int = 0,
+                        task: TaskRecord | None = None,
+                        stopping: asyncio.Event | None = None, keepalive: float = 15.0,
+                        max_seconds: float = 3600.0,
+                        ) -> AsyncGenerator[Event | WatchEnd | None, None]:
+    """:func:`follow_event_batches`, one event at a time."""
+    batches = follow_event_batches(engine, task_id, after_seq=after_seq, task=task,
+                                   stopping=stopping, keepalive=keepalive,
+                                   max_seconds=max_seconds)
+    try:
+        async for item in batches:
+            if isinstance(item, list):
+                for event in item:
+                    yield event
+            else:
+                yield item
+    finally:
+        await batches.aclose()
 
 
 # ---------------------------------------------------------------------------- listings

@@ -156,3 +156,23 @@ def test_a_task_retried_after_it_failed_is_followed_past_its_old_final_event() -
     items = asyncio.run(follow(engine))
     assert kinds_of(items) == ["submitted", "ready", "dead", "task_failed", "retried",
                                "task_running", "committed", "task_succeeded", "SUCCEEDED"]
+
+
+def test_what_arrives_together_comes_in_one_batch() -> None:
+    # A watch stream writes a batch as one chunk: the events of one transaction (or
+    # of several that came before the stream looked) are not sent one by one.
+    engine = FakeEngine(serve_history=False)
+
+    def run_on() -> None:
+        engine.commit("claimed")
+        engine.commit("committed", "task_succeeded")
+
+    engine.after_live = run_on
+
+    async def collect() -> list[Any]:
+        stream = ops.follow_event_batches(cast(Engine, engine), TASK)
+        return [item async for item in stream]
+
+    items = asyncio.run(asyncio.wait_for(collect(), 10.0))
+    assert [[e.kind for e in b] if isinstance(b, list) else b.status for b in items] == [
+        ["submitted", "ready"], ["claimed", "committed", "task_succeeded"], "SUCCEEDED"]
