@@ -47,12 +47,20 @@ def index_keys(keys: StoreKeys, task: TaskRecord) -> frozenset[str]:
 def index_writes(keys: StoreKeys, old: TaskRecord | None, new: TaskRecord) -> list[Op]:
     """The puts and deletes that move ``old``'s index entries to ``new``'s (all of them
     when ``old`` is None: a submit). Sorted, so the same change gives the same ops."""
+    if old is not None and _indexed(old) == _indexed(new):
+        return []  # most commits: the status and what else is indexed did not change
     before = index_keys(keys, old) if old is not None else frozenset()
     after = index_keys(keys, new)
     value = new.task_id.encode()
     ops: list[Op] = [Delete(k) for k in sorted(before - after)]
     ops += [Put(k, value) for k in sorted(after - before)]
     return ops
+
+
+def _indexed(task: TaskRecord) -> tuple[object, ...]:
+    """What :func:`index_keys` reads of ``task``."""
+    return (task.task_id, task.created_at, task.status, task.dag_name, task.labels,
+            task.submitted_by)
 
 
 def choose_index(keys: StoreKeys, *, statuses: Collection[TaskStatus] = (),

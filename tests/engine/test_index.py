@@ -55,6 +55,8 @@ def test_index_writes_move_only_what_changed() -> None:
                    Delete(f"/ax/index/status/RUNNING/{inv}/t-1"),
                    Put(f"/ax/index/status/SUCCEEDED/{inv}/t-1", b"t-1")]
     assert index_writes(KEYS, task(), task(updated_at=5.0)) == []
+    relabelled = index_writes(KEYS, task(), task(labels={"team": "a=b", "env": "prod"}))
+    assert [type(op).__name__ for op in relabelled] == ["Delete", "Put"]
 
 
 def test_choose_index_prefers_labels_then_dag_then_one_status() -> None:
