@@ -83,7 +83,7 @@ from axengine.runners._confinement import (
 )
 from axengine.worker import Reported, RunContext
 from axengine.worker._context import FencedOut
-from axengine.worker._runner import checked_outcome, run_deadline, stopped, timed_out
+from axengine.worker._runner import checked_outcome, stopped, timed_out, wait_run
 from executors.contract import Failure, NodeRequest, Outcome
 from executors.run_node import (
     EXIT_OUT_OF_MEMORY,
@@ -328,18 +328,10 @@ class SubprocessRunner:
         errors = asyncio.create_task(node.collect_stderr())
         try:
             started = ctx.clock.monotonic()
-            deadline = asyncio.ensure_future(run_deadline(ctx, timeout, started))
-            stop = asyncio.ensure_future(ctx.wait_stopped())
-            waiting: set[asyncio.Future[Any]] = {relay, node.exited, deadline, stop}
-            try:
-                await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                deadline.cancel()
-                stop.cancel()
+            passed = await wait_run(ctx, (relay, node.exited), timeout, started)
             if relay.done() or node.exited.done():
                 return await self._finished(node, relay, errors, request, ctx, limits)
-            moved = (deadline.result() - timeout
-                     if deadline.done() and not deadline.cancelled() else 0.0)
+            moved = passed - timeout if passed is not None else 0.0
             return await self._stop(node, relay, request, ctx,
                                     elapsed=ctx.clock.monotonic() - started, timeout=timeout,
                                     moved=moved)

@@ -135,6 +135,8 @@ class RunContext:
         self._settings = settings
         self._cancel = threading.Event()
         self._stopped = asyncio.Event()
+        #: Futures of :meth:`stopped_future` not yet done.
+        self._stop_waiters: list[asyncio.Future[None]] = []
         self.stale = False
         self.released = False
         #: A checkpoint was saved by this attempt (a timeout then says "resumable").
@@ -154,7 +156,7 @@ class RunContext:
 
     def cancel(self) -> None:
         self._cancel.set()
-        self.loop.call_soon_threadsafe(self._stopped.set)
+        self.loop.call_soon_threadsafe(self._stop)
 
     def mark_stale(self) -> None:
         self.stale = True
@@ -165,7 +167,7 @@ class RunContext:
         runner stops following it and leaves it running (a Kubernetes Job heartbeats and
         commits through the API by itself). Nothing is cancelled."""
         self.released = True
-        self.loop.call_soon_threadsafe(self._stopped.set)
+        self.loop.call_soon_threadsafe(self._stop)
 
     def fenced_out(self, message: str) -> FencedOut:
         """Mark the run stale and return the error an outbox call raises."""
@@ -179,6 +181,24 @@ class RunContext:
     async def wait_stopped(self) -> None:
         """Until the run is cancelled, fenced out or released (in the worker's loop)."""
         await self._stopped.wait()
+
+    def stopped_future(self) -> asyncio.Future[None]:
+        """A future of the worker's loop, done once the run is cancelled, fenced out or
+        released (:meth:`wait_stopped` without a task to run it; cancel it when done
+        waiting)."""
+        future: asyncio.Future[None] = self.loop.create_future()
+        if self._stopped.is_set():
+            future.set_result(None)
+        else:
+            self._stop_waiters.append(future)
+        return future
+
+    def _stop(self) -> None:
+        self._stopped.set()
+        waiters, self._stop_waiters = self._stop_waiters, []
+        for future in waiters:
+            if not future.done():
+                future.set_result(None)
 
     @property
     def settings(self) -> Mapping[str, Any]:

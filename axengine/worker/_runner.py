@@ -28,14 +28,13 @@ from __future__ import annotations
 import asyncio
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from axengine import faults
 from axengine.activity import ActivitySample, sample_thread
-from axengine.clock import sleep
 from axengine.errors import InputError
 from axengine.limits import MAX_CHECKPOINT_BYTES, check_json_value
 from axengine.worker._context import RunContext
@@ -102,20 +101,42 @@ def checked_outcome(outcome: Outcome, node_id: str) -> Outcome:
     return outcome
 
 
-async def run_deadline(ctx: RunContext, timeout: float, started: float) -> float:
-    """Sleep until the run's timeout has passed; return the timeout in force then.
+async def wait_run(ctx: RunContext, runs: Sequence[asyncio.Future[Any]], timeout: float,
+                   started: float) -> float | None:
+    """Wait until one of ``runs`` (what tells that the run ended) is done, the run is
+    stopped (``ctx.stopped_future()``) or its timeout passes: None unless the timeout
+    passed first, else the timeout in force then.
 
     While progress keeps arriving — a mark within the last ``ctx.timeout_grace`` seconds
     when the deadline comes — the deadline moves by that grace, up to
-    ``ctx.timeout_cap`` (a ``timeout_policy``'s ``progress_grace`` and ``max``)."""
+    ``ctx.timeout_cap`` (a ``timeout_policy``'s ``progress_grace`` and ``max``). One
+    timer and the futures, no task of its own: this wait is part of every node's run."""
+    stop = ctx.stopped_future()
     limit = timeout
-    while True:
-        await sleep(ctx.clock, max(started + limit - ctx.clock.monotonic(), 0.0))
-        grace, cap = ctx.timeout_grace, ctx.timeout_cap
-        if grace > 0 and limit < cap and ctx.last_progress > started + limit - grace:
-            limit = min(limit + grace, cap)
-            continue
-        return limit
+    try:
+        while True:
+            timer = ctx.clock.timer(max(started + limit - ctx.clock.monotonic(), 0.0))
+            try:
+                await asyncio.wait((*runs, stop, timer), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                timer.cancel()
+            if stop.done() or any(run.done() for run in runs):
+                return None
+            moved = _moved_deadline(ctx, limit, started)
+            if moved is None:
+                return limit
+            limit = moved
+    finally:
+        stop.cancel()
+
+
+def _moved_deadline(ctx: RunContext, limit: float, started: float) -> float | None:
+    """The timeout once ``limit`` has passed: moved by the progress grace when a mark
+    came within it (up to the cap), None when the run is past its timeout."""
+    grace, cap = ctx.timeout_grace, ctx.timeout_cap
+    if grace > 0 and limit < cap and ctx.last_progress > started + limit - grace:
+        return min(limit + grace, cap)
+    return None
 
 
 def timed_out(elapsed: float, timeout: float, *, resumable: bool = False,
@@ -191,14 +212,7 @@ class ThreadRunner:
         started = ctx.clock.monotonic()
         future = loop.run_in_executor(self._threads, self._call, request, ctx)
         faults.point("handler-running")
-        deadline = asyncio.ensure_future(run_deadline(ctx, timeout, started))
-        stop = asyncio.ensure_future(ctx.wait_stopped())
-        waiting: set[asyncio.Future[Any]] = {future, deadline, stop}
-        try:
-            await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            deadline.cancel()
-            stop.cancel()
+        passed = await wait_run(ctx, (future,), timeout, started)
         if future.done():
             return future.result()
         if ctx.cancelled:
@@ -208,8 +222,7 @@ class ThreadRunner:
         # Its timeout: the handler is told (ctx.cancelled) and gets a grace to save a
         # checkpoint and return; one that ignores it is abandoned.
         elapsed = ctx.clock.monotonic() - started
-        moved = (deadline.result() - timeout
-                     if deadline.done() and not deadline.cancelled() else 0.0)
+        moved = passed - timeout if passed is not None else 0.0
         ctx.cancel()
         grace = ctx.clock.timer(self.grace)
         try:
