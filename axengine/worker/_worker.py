@@ -426,24 +426,35 @@ class Worker:
             self.on_run(ctx, runner)
         if ctx.cancelled:
             return stopped(ctx)  # stopped before it started: it never starts
-        beats = asyncio.create_task(self._heartbeats(ctx, runner))
+        # The first heartbeat is due a third of the lease in: only a run that lasts that
+        # long gets the task that beats (most runs end long before).
+        first_beat = self.clock.timer(self.lease_seconds / 3)
+        beats: list[asyncio.Task[None]] = []
+
+        def beat_on(timer: asyncio.Future[None]) -> None:
+            if not timer.cancelled():
+                beats.append(asyncio.create_task(self._heartbeats(ctx, runner)))
+
+        first_beat.add_done_callback(beat_on)
         started = self.clock.monotonic()
         try:
             outcome = await runner.run(request, ctx, timeout=timeout)
         finally:
-            beats.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await beats
+            first_beat.cancel()
+            for task in beats:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         if self.observe_run is not None:
             self.observe_run(request, self.clock.monotonic() - started)
         return outcome
 
     async def _heartbeats(self, ctx: RunContext, runner: Runner) -> None:
+        """Beat now (the first beat is due), then every third of the lease."""
         req = ctx.request
         interval = self.lease_seconds / 3
         meter = _RunMeter(runner, ctx)
         while not ctx.cancelled:
-            await sleep(self.clock, interval)
             # Sampled just before the beat, off the loop (a process group's sample
             # reads /proc); None until the runner gives a first sample.
             activity = await asyncio.to_thread(meter.tick)
@@ -457,5 +468,7 @@ class Worker:
                 # The control plane is briefly unreachable: keep running; if the lease
                 # lapses meanwhile, the next answer is `stale` and the run stops then.
                 log.warning("heartbeat %s/%s: %s", req.task_id, req.node_id, exc)
-                continue
-            ctx.beat_answer(answer)
+            else:
+                ctx.beat_answer(answer)
+            if not ctx.cancelled:
+                await sleep(self.clock, interval)
