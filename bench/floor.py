@@ -247,11 +247,13 @@ def floor_nodes_per_s(txn_per_s: float, queue_rt_per_s: float) -> float:
 
 def _floors(out: dict[str, Any]) -> dict[str, Any]:
     floors: dict[str, Any] = {}
-    sq, iq = out["sqlite"]["sequential"], out["inprocess_queue"]["sequential"]
-    floors["sqlite_inprocess"] = {
-        "nodes_per_s": floor_nodes_per_s(sq["ops_per_s"], iq["ops_per_s"]),
-        "per_node_ms": round(2 * sq["latency"]["mean_ms"] + iq["latency"]["mean_ms"], 4),
-    }
+    if "sqlite" in out and "inprocess_queue" in out:
+        sq, iq = out["sqlite"]["sequential"], out["inprocess_queue"]["sequential"]
+        floors["sqlite_inprocess"] = {
+            "nodes_per_s": floor_nodes_per_s(sq["ops_per_s"], iq["ops_per_s"]),
+            "per_node_ms": round(2 * sq["latency"]["mean_ms"] + iq["latency"]["mean_ms"],
+                                 4),
+        }
     if "etcd" in out and "redis_queue" in out:
         for mode in ("sequential", "concurrent_8"):
             e, r = out["etcd"][mode], out["redis_queue"][mode]
@@ -265,20 +267,26 @@ def _floors(out: dict[str, Any]) -> dict[str, Any]:
 async def _run(spec: dict[str, Any]) -> dict[str, Any]:
     seconds = float(spec.get("seconds", 2.0))
     out: dict[str, Any] = {"seconds_per_measurement": seconds}
-    out["sqlite"] = await _sqlite(seconds)
-    out["inprocess_queue"] = await _inprocess_queue(min(seconds, 1.0))
+    # ``section``: only the etcd + Redis floor, measured again where a section starts.
+    whole = not spec.get("section")
+    if whole:
+        out["sqlite"] = await _sqlite(seconds)
+        out["inprocess_queue"] = await _inprocess_queue(min(seconds, 1.0))
     if spec.get("etcd_url"):
         out["etcd"] = await _etcd_store(spec["etcd_url"], seconds)
-        host, port = spec["etcd_url"].split("://", 1)[1].rsplit(":", 1)
-        out["etcd_raw_aetcd"] = await _etcd_raw(host, int(port), seconds)
+        if whole:
+            host, port = spec["etcd_url"].split("://", 1)[1].rsplit(":", 1)
+            out["etcd_raw_aetcd"] = await _etcd_raw(host, int(port), seconds)
     if spec.get("redis_url"):
         out["redis_queue"] = await _redis_queue(spec["redis_url"], seconds)
-        out["redis_raw"] = await _redis_raw(spec["redis_url"], seconds)
+        if whole:
+            out["redis_raw"] = await _redis_raw(spec["redis_url"], seconds)
     out["floor"] = _floors(out)
     return out
 
 
 def run(spec: dict[str, Any]) -> dict[str, Any]:
     """Measure the floor; ``spec``: ``seconds`` per measurement, ``etcd_url``
-    (``etcd://127.0.0.1:PORT``), ``redis_url`` (``redis://127.0.0.1:PORT/0``)."""
+    (``etcd://127.0.0.1:PORT``), ``redis_url`` (``redis://127.0.0.1:PORT/0``),
+    ``section`` (true: only the etcd + Redis primitives the floors are made of)."""
     return asyncio.run(_run(spec))

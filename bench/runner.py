@@ -281,6 +281,19 @@ class Runner:
                                                         r["floor"].items()})
                                   + " floor nodes/s"))
 
+    def _section_floor(self, name: str, etcd_url: str, redis_url: str) -> dict[str, Any]:
+        """The etcd + Redis floor measured again as a section starts, on its servers:
+        the machine's speed drifts over a run (the same code measured 140 and 310
+        nodes/s through the API in two runs an hour apart), so a section is held
+        against the floor measured next to it."""
+        floor: dict[str, Any] = self.child(
+            f"{name}: etcd + Redis floor for this section",
+            {"part": "floor", "seconds": self.sizes.floor_seconds, "section": True,
+             "etcd_url": etcd_url, "redis_url": redis_url},
+            lambda r: json.dumps({k: v["nodes_per_s"] for k, v in r["floor"].items()})
+            + " floor nodes/s")
+        return floor
+
     def _run_embedded(self) -> None:
         s = self.sizes
         with self._section("embedded") as out:
@@ -367,6 +380,8 @@ class Runner:
             self._start_servers()
             out["backend"] = "etcd (1 member, private port) + Redis; engine, worker and " \
                 "reconciler in this process"
+            out["floor"] = self._section_floor("etcd+redis", self._etcd.url,
+                                               f"{self._redis.url}/0")
             pids = {"etcd": self._etcd.proc.pid, "redis": self._redis.proc.pid}
             w = out.setdefault("workloads", {})
             runs = (
@@ -485,6 +500,8 @@ class Runner:
                     and topology.redis.proc is not None
                 pids = {"api": topology.api.pid, "etcd": topology.etcd.proc.pid,
                         "redis": topology.redis.proc.pid}
+                out["floor"] = self._section_floor("api", topology.etcd.url,
+                                                   topology.queue_url)
                 pids.update({f"executor{i}": e.pid for i, e in enumerate(topology.executors)})
                 base = {"part": "api", "api_url": topology.api_url,
                         "token": topology.admin_token, "etcd_url": topology.store_url,

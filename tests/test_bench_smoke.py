@@ -88,6 +88,13 @@ def test_floor_and_engines_are_well_formed(
     for key in ("etcd", "etcd_raw_aetcd", "redis_queue", "redis_raw"):
         for mode in ("sequential", "concurrent_8"):
             assert floor[key][mode]["ops"] > 0 and floor[key][mode]["latency"]["p99_ms"] > 0
+    # The etcd + Redis floor is measured again where its section starts, and the
+    # section's workloads are held against that one.
+    again = results["etcd_redis"]["floor"]["floor"]
+    assert again["etcd_redis_sequential"]["nodes_per_s"] > 0
+    held = [c for c in results["summary"]["comparisons"]
+            if c["name"].startswith("etcd+Redis in-process")]
+    assert held and all("this section's" in c["detail"] for c in held), held
     for section in ("embedded", "etcd_redis"):
         workloads = results[section]["workloads"]
         assert {"financial_sequential", "chain", "fanout"} <= {
