@@ -371,11 +371,12 @@ async def follow_event_batches(engine: Engine, task_id: str, *, after_seq: int =
     start = await engine.revision()
     cursor = _Cursor(after_seq)
     status = ""  # as the last status change in the replay left it
-    replay = await engine.events(task_id)
-    for event in replay:
+    replayed: list[Event] = []
+    for event in await engine.events(task_id):
+        if cursor.take(event):
+            replayed.append(event)
         if event.kind.startswith(STATUS_EVENT_PREFIX):
             status = event.state
-    replayed = [event for event in replay if cursor.take(event)]
     if replayed:
         yield replayed
     # (No status event: a task stored without its events, e.g. by a seed-era tool.)

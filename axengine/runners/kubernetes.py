@@ -485,7 +485,7 @@ class KubernetesRunner:
                       timeout: float) -> Outcome | Reported:
         started = ctx.clock.monotonic()
         fact_task = asyncio.ensure_future(self._settled(flight))
-        stop = asyncio.ensure_future(ctx.wait_stopped())
+        stop = ctx.stopped_future()
         deadline = ctx.clock.timer(timeout + DEADLINE_SLACK)
         waiting: set[asyncio.Future[Any]] = {fact_task, stop, deadline}
         try:

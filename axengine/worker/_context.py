@@ -134,8 +134,9 @@ class RunContext:
         self.lease_seconds = lease_seconds
         self._settings = settings
         self._cancel = threading.Event()
-        self._stopped = asyncio.Event()
-        #: Futures of :meth:`stopped_future` not yet done.
+        #: Set in the worker's loop once the run is cancelled, fenced out or released;
+        #: the futures of :meth:`stopped_future` given out until then.
+        self._stopped = False
         self._stop_waiters: list[asyncio.Future[None]] = []
         self.stale = False
         self.released = False
@@ -180,21 +181,21 @@ class RunContext:
 
     async def wait_stopped(self) -> None:
         """Until the run is cancelled, fenced out or released (in the worker's loop)."""
-        await self._stopped.wait()
+        await self.stopped_future()
 
     def stopped_future(self) -> asyncio.Future[None]:
         """A future of the worker's loop, done once the run is cancelled, fenced out or
-        released (:meth:`wait_stopped` without a task to run it; cancel it when done
-        waiting)."""
+        released (what :meth:`wait_stopped` awaits; a runner waiting on several things
+        passes it to ``asyncio.wait`` with no task to run, and cancels it when done)."""
         future: asyncio.Future[None] = self.loop.create_future()
-        if self._stopped.is_set():
+        if self._stopped:
             future.set_result(None)
         else:
             self._stop_waiters.append(future)
         return future
 
     def _stop(self) -> None:
-        self._stopped.set()
+        self._stopped = True
         waiters, self._stop_waiters = self._stop_waiters, []
         for future in waiters:
             if not future.done():
