@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
 
 if TYPE_CHECKING:  # the real types for checkers; at run time these stay lazy (below)
+    from executors.contract import inline
     from executors.tools import ToolError, tool
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "aopen",
     "aresume",
     "arun",
+    "inline",
     "open",
     "resume",
     "run",
@@ -56,6 +58,10 @@ def __getattr__(name: str) -> Any:
         from executors import tools
 
         return getattr(tools, name)
+    if name == "inline":
+        from executors.contract import inline
+
+        return inline
     if name in ("Client", "AsyncClient"):
         from axengine import client
 

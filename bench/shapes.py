@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from executors.contract import NodeContext, NodeRequest, Outcome, Success
+from executors.contract import NodeContext, NodeRequest, Outcome, Success, inline
 
 __all__ = [
     "FINANCIAL_EXECUTED",
@@ -52,8 +52,11 @@ else: low_risk
 """
 
 
+@inline
 def echo_handler(request: NodeRequest, ctx: NodeContext) -> Outcome:
-    """The no-op node: return the rendered input (what the ``echo`` tool does)."""
+    """The no-op node: return the rendered input (what the ``echo`` tool does; inline
+    like it, so the worker calls it on its event loop, as LangGraph and DBOS call a
+    no-op node in the thread that runs the graph)."""
     return Success(request.input)
 
 

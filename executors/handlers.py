@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 
 from executors.contract import (
+    INLINE_ATTRIBUTE,
     Failure,
     Handler,
     NodeContext,
@@ -27,6 +28,7 @@ from executors.contract import (
     Paused,
     Success,
     Unavailable,
+    runs_inline,
 )
 from executors.llm import llm_call
 from executors.tools import tool_call
@@ -85,3 +87,14 @@ def handle(request: NodeRequest, ctx: NodeContext) -> Outcome:
             retryable=False,
         )
     return outcome
+
+
+def _handler_inline(request: NodeRequest) -> bool:
+    """Whether :func:`handle` may run ``request`` on the event loop: its node type's
+    handler says so (a ``tool_call`` of an inline tool, see
+    :func:`executors.contract.inline`)."""
+    handler = HANDLERS.get(request.node_type)
+    return handler is not None and runs_inline(handler, request)
+
+
+setattr(handle, INLINE_ATTRIBUTE, _handler_inline)

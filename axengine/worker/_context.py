@@ -152,7 +152,19 @@ class RunContext:
         self._last_beat = clock.monotonic()
 
     def call(self, coro: Any) -> Any:
-        """Run a coroutine in the worker's loop and wait for it (from a handler thread)."""
+        """Run a coroutine in the worker's loop and wait for it (from a handler thread).
+
+        Raises:
+            RuntimeError: Called on the worker's loop itself (an inline handler, see
+                :func:`executors.contract.inline`): waiting there would never end.
+        """
+        if asyncio._get_running_loop() is self.loop:
+            coro.close()
+            raise RuntimeError(
+                f"node {self.request.node_id!r}: its handler runs inline, on the worker's "
+                "event loop, where the blocking context methods (heartbeat, progress, "
+                "checkpoint, effect) cannot wait; drop @inline from a handler that calls "
+                "them")
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(CALL_TIMEOUT)
 
     def cancel(self) -> None:

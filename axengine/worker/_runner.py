@@ -26,8 +26,10 @@ verdict (docs/blocking.md).
 from __future__ import annotations
 
 import asyncio
+import logging
 import sys
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -38,13 +40,27 @@ from axengine.activity import ActivitySample, sample_thread
 from axengine.errors import InputError
 from axengine.limits import MAX_CHECKPOINT_BYTES, check_json_value
 from axengine.worker._context import RunContext
-from executors.contract import Failure, Handler, NodeRequest, Outcome, Paused, Success
+from executors.contract import (
+    Failure,
+    Handler,
+    NodeRequest,
+    Outcome,
+    Paused,
+    Success,
+    runs_inline,
+)
 
 __all__ = ["THREAD", "Reported", "Runner", "ThreadRunner", "checked_outcome", "pick_runner",
            "stopped", "timed_out"]
 
 #: Name of the runner that runs handlers in the worker's own threads.
 THREAD = "thread"
+
+#: An inline handler that holds the event loop longer than this is logged: it should
+#: not be inline.
+INLINE_WARN_SECONDS = 0.05
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -180,7 +196,10 @@ class ThreadRunner:
 
     A thread cannot be killed: a stopped or timed-out run is told through
     ``ctx.cancelled`` and abandoned; its late result is never committed. Abandoned
-    threads do not starve new runs (the pool holds twice the concurrency).
+    threads do not starve new runs (the pool holds twice the concurrency). A handler
+    marked :func:`~executors.contract.inline` for the request (the ``echo`` tool) is
+    called right here on the event loop instead: the thread hand-off would cost more
+    than its work.
 
     Args:
         handler: ``handle(request, ctx) -> Outcome``.
@@ -208,6 +227,8 @@ class ThreadRunner:
 
     async def run(self, request: NodeRequest, ctx: RunContext, *,
                   timeout: float) -> Outcome | Reported:
+        if runs_inline(self.handler, request):
+            return self._call_inline(request, ctx)
         loop = asyncio.get_running_loop()
         started = ctx.clock.monotonic()
         future = loop.run_in_executor(self._threads, self._call, request, ctx)
@@ -236,11 +257,28 @@ class ThreadRunner:
     def _call(self, request: NodeRequest, ctx: RunContext) -> Outcome:
         self._running[ctx] = threading.current_thread()
         try:
+            return self._outcome(request, ctx)
+        finally:
+            self._running.pop(ctx, None)
+
+    def _call_inline(self, request: NodeRequest, ctx: RunContext) -> Outcome:
+        """Call an inline handler here, on the loop (no thread, no timeout to enforce:
+        it returns at once)."""
+        started = time.perf_counter()
+        faults.point("handler-running")  # (a crash here: as if in the handler's thread)
+        outcome = self._outcome(request, ctx)
+        took = time.perf_counter() - started
+        if took > INLINE_WARN_SECONDS:
+            log.warning("the inline handler of %s/%s held the event loop for %.0f ms; a "
+                        "handler that can take this long should run in a thread (drop "
+                        "@inline)", request.task_id, request.node_id, took * 1000)
+        return outcome
+
+    def _outcome(self, request: NodeRequest, ctx: RunContext) -> Outcome:
+        try:
             outcome = self.handler(request, ctx)
         except Exception as exc:  # handlers should not raise; never let one kill the run
             return Failure(f"{type(exc).__name__}: {exc}", retryable=True)
-        finally:
-            self._running.pop(ctx, None)
         # Checked here, in the handler's thread, rather than in the commit.
         return checked_outcome(outcome, request.node_id)
 

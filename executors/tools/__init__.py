@@ -12,7 +12,7 @@ own functions registered with ``@ax.tool("name")`` (:func:`tool`), found through
 ``http_request``   one HTTP(S) request to an allowed host
 ``send_email``     one email, at most once per node input (outbox), SMTP or mailbox
 ``video_vendor``   a slow paid vendor job that re-attaches after a crash (simulated)
-``echo``           returns its input
+``echo``           returns its input (inline: run on the event loop)
 ``sleep``          waits while heartbeating
 =================  ==============================================================
 """
@@ -22,7 +22,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from executors.contract import Failure, NodeContext, NodeRequest, Outcome
+from executors.contract import (
+    INLINE_ATTRIBUTE,
+    Failure,
+    NodeContext,
+    NodeRequest,
+    Outcome,
+    runs_inline,
+)
 from executors.tools._common import simulated_fault
 from executors.tools._registry import (
     ENTRY_POINT_GROUP,
@@ -102,3 +109,16 @@ def tool_call(request: NodeRequest, ctx: NodeContext) -> Outcome:
     if fault is not None:
         return fault
     return found(request, ctx)
+
+
+def _tool_inline(request: NodeRequest) -> bool:
+    """Whether the tool a ``tool_call`` request names is inline (and no ``simulate:``
+    knob, which may wait, acts first). A tool not registered yet (its module is loaded
+    on first use) runs in a thread the first time."""
+    name = request.config.get("tool")
+    found = REGISTRY.get(name) if isinstance(name, str) else None
+    return (found is not None and not request.config.get("simulate")
+            and runs_inline(found, request))
+
+
+setattr(tool_call, INLINE_ATTRIBUTE, _tool_inline)

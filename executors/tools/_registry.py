@@ -60,6 +60,7 @@ from executors.contract import (
     Paused,
     Success,
     Unavailable,
+    runs_inline,
 )
 
 __all__ = [
@@ -281,7 +282,9 @@ def tool(name: str, *, registry: ToolRegistry | None = None) -> Callable[[F], F]
     the node, tool and field; an exception is a retryable failure unless it is a
     :class:`ToolError` with ``retryable=False`` (or carries ``retryable = False``).
     An ``async def`` runs in an event loop of its own in the handler's thread and is
-    cancelled once ``ctx.cancelled`` turns true.
+    cancelled once ``ctx.cancelled`` turns true. A function that returns at once and
+    never waits may also be marked :func:`~executors.contract.inline`: the thread runner
+    then calls it on its event loop.
 
     Returns:
         A decorator that registers the function and returns it unchanged.
@@ -357,6 +360,11 @@ class FunctionTool:
             self._adapter: pydantic.TypeAdapter[Any] = pydantic.TypeAdapter(schema)
         except pydantic.PydanticUserError as exc:  # includes schema generation errors
             raise ToolRegistrationError(f"{where}: {exc}") from exc
+
+    def inline_for(self, request: NodeRequest) -> bool:
+        """Whether the function is marked :func:`~executors.contract.inline` (above or
+        below ``@ax.tool``): binding and validating its input are quick too."""
+        return runs_inline(self.function, request)
 
     def __call__(self, request: NodeRequest, ctx: NodeContext) -> Outcome:
         where = f"node {request.node_id!r}: tool {self.name!r}"
