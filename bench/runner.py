@@ -1,9 +1,10 @@
 """Orchestrates one benchmark run: servers, the plan of workloads, one fresh process per
 workload, progress lines, and the results files.
 
-Order of the sections: floor → ax embedded → peers (LangGraph, DBOS) → the SDK as users
-call it → ax on etcd + Redis (engine in process) → reconciler pass cost → scaling →
-validation → profile → ax through API + executors. The private etcd and Redis of the
+Order of the sections: floor → ax embedded and the peers (LangGraph, DBOS), taking turns
+shape by shape → the SDK as users call it → ax on etcd + Redis (engine in process) →
+reconciler pass cost → scaling (ax and the peers taking turns size by size) → validation
+→ profile → ax through API + executors. The private etcd and Redis of the
 first sections are stopped before the API's own topology starts, so no idle server
 competes for the two cores.
 """
@@ -295,43 +296,77 @@ class Runner:
         return floor
 
     def _run_embedded(self) -> None:
-        s = self.sizes
+        if "peer" in self.sections:
+            self._run_engines()  # embedded and the peers, shape by shape
+            return
         with self._section("embedded") as out:
-            out["backend"] = "SQLite (WAL, synchronous=FULL) + in-process queue"
-            w = out.setdefault("workloads", {})
-            w["financial_sequential"] = self._ax(
-                f"embedded: financial x {s.fin_tasks}, one at a time", shape="financial",
-                tasks=s.fin_tasks, inflight=1)
-            w["financial_concurrent"] = self._ax(
-                f"embedded: financial x {s.fin_tasks}, {s.fin_inflight} in flight",
-                shape="financial", tasks=s.fin_tasks, inflight=s.fin_inflight)
-            w["chain"] = self._ax(f"embedded: chain of {s.chain}", shape="chain", size=s.chain)
-            w["fanout"] = self._ax(f"embedded: fan-out/fan-in of {s.fanout}", shape="fanout",
-                                   size=s.fanout)
+            for shape in self.ENGINE_SHAPES:
+                self._embedded_workload(out, shape)
 
     def _run_peer(self) -> None:
-        s = self.sizes
+        if "embedded" in self.sections:
+            return  # run with the embedded section (_run_engines)
         with self._section("peer") as out:
-            for peer, part, fin_tasks, conc_tasks in (
-                    ("langgraph", "peer", s.fin_tasks, s.fin_tasks),
-                    ("dbos", "dbos", s.dbos_fin_tasks, s.dbos_fin_conc)):
-                w = out.setdefault(peer, {})
-                runs = (("financial_sequential", "financial", 0, fin_tasks, 1),
-                        ("financial_concurrent", "financial", 0, conc_tasks, s.fin_inflight),
-                        ("chain", "chain", s.chain, 1, 1),
-                        ("fanout", "fanout", s.fanout, 1, 1))
-                for name, kind, size, tasks, inflight in runs:
-                    w[name] = self.child(
-                        f"{peer}: {name} ({kind}{' ' + str(size) if size else ''} x {tasks}"
-                        f"{f', {inflight} in flight' if inflight > 1 else ''})",
-                        {"part": part, "shape": kind, "size": size, "tasks": tasks,
-                         "inflight": inflight}, self._peer_line)
-            out["celery"] = {
-                "status": "skipped",
-                "reason": "not run: a Celery worker process and result backend on the "
-                "private Redis would not fit the ten-minute budget next to the ax/API "
-                "runs; LangGraph and DBOS are the peers measured",
-            }
+            for shape in self.ENGINE_SHAPES:
+                self._peer_workloads(out, shape)
+            self._no_celery(out)
+
+    def _run_engines(self) -> None:
+        """ax embedded, LangGraph and DBOS taking turns shape by shape: the machine's
+        speed drifts over minutes (the same code measured twice as fast an hour
+        apart), and a ratio should compare figures taken next to each other."""
+        with self._section("embedded") as emb, self._section("peer") as peer:
+            for shape in self.ENGINE_SHAPES:
+                self._embedded_workload(emb, shape)
+                self._peer_workloads(peer, shape)
+            self._no_celery(peer)
+
+    #: The workloads of the embedded and peer sections, in the order they run.
+    ENGINE_SHAPES = ("financial_sequential", "financial_concurrent", "chain", "fanout")
+
+    def _embedded_workload(self, out: dict[str, Any], name: str) -> None:
+        s = self.sizes
+        out["backend"] = "SQLite (WAL, synchronous=FULL) + in-process queue"
+        w = out.setdefault("workloads", {})
+        if name == "financial_sequential":
+            w[name] = self._ax(f"embedded: financial x {s.fin_tasks}, one at a time",
+                               shape="financial", tasks=s.fin_tasks, inflight=1)
+        elif name == "financial_concurrent":
+            w[name] = self._ax(
+                f"embedded: financial x {s.fin_tasks}, {s.fin_inflight} in flight",
+                shape="financial", tasks=s.fin_tasks, inflight=s.fin_inflight)
+        elif name == "chain":
+            w[name] = self._ax(f"embedded: chain of {s.chain}", shape="chain", size=s.chain)
+        else:
+            w[name] = self._ax(f"embedded: fan-out/fan-in of {s.fanout}", shape="fanout",
+                               size=s.fanout)
+
+    def _peer_workloads(self, out: dict[str, Any], name: str) -> None:
+        """The workload ``name`` of every peer."""
+        s = self.sizes
+        for peer, part, fin_tasks, conc_tasks in (
+                ("langgraph", "peer", s.fin_tasks, s.fin_tasks),
+                ("dbos", "dbos", s.dbos_fin_tasks, s.dbos_fin_conc)):
+            kind, size, tasks, inflight = {
+                "financial_sequential": ("financial", 0, fin_tasks, 1),
+                "financial_concurrent": ("financial", 0, conc_tasks, s.fin_inflight),
+                "chain": ("chain", s.chain, 1, 1),
+                "fanout": ("fanout", s.fanout, 1, 1),
+            }[name]
+            out.setdefault(peer, {})[name] = self.child(
+                f"{peer}: {name} ({kind}{' ' + str(size) if size else ''} x {tasks}"
+                f"{f', {inflight} in flight' if inflight > 1 else ''})",
+                {"part": part, "shape": kind, "size": size, "tasks": tasks,
+                 "inflight": inflight}, self._peer_line)
+
+    @staticmethod
+    def _no_celery(out: dict[str, Any]) -> None:
+        out["celery"] = {
+            "status": "skipped",
+            "reason": "not run: a Celery worker process and result backend on the "
+            "private Redis would not fit the ten-minute budget next to the ax/API "
+            "runs; LangGraph and DBOS are the peers measured",
+        }
 
     def _run_sdk(self) -> None:
         s = self.sizes
@@ -405,50 +440,37 @@ class Runner:
                     queue_url=f"{self._redis.url}/0?prefix=bench{i}", server_pids=pids)
 
     def _run_scaling(self) -> None:
+        """The embedded chain at each length next to LangGraph's and DBOS's (up to the
+        main chain's length: their checkpoints grow with the graph, 10,000 would blow
+        the time budget), size by size; then the financial shape by tasks in flight."""
         s = self.sizes
         with self._section("scaling") as out:
-            chain: dict[str, Any] = {}
-            reuse = self.results.get("embedded", {}).get("workloads", {}).get("chain")
+            chain: dict[str, Any] = out.setdefault("chain", {})
+            peers = {"langgraph": out.setdefault("langgraph_chain", {}),
+                     "dbos": out.setdefault("dbos_chain", {})}
+            engines = self.results.get("embedded", {}).get("workloads", {})
             for n in s.scale_chain:
-                if n == s.chain and reuse and "error" not in reuse:
+                reuse = engines.get("chain") if n == s.chain else None
+                if reuse and "error" not in reuse:
                     chain[str(n)] = reuse
                     self.progress(f"scaling: chain of {n}: reusing the embedded chain run")
+                else:
+                    chain[str(n)] = self._ax(f"scaling: embedded chain of {n}",
+                                             shape="chain", size=n, latency_tasks=1)
+                if n > s.chain:
                     continue
-                chain[str(n)] = self._ax(f"scaling: embedded chain of {n}", shape="chain",
-                                         size=n, latency_tasks=1)
-            conc: dict[str, Any] = {}
+                for peer, part in (("langgraph", "peer"), ("dbos", "dbos")):
+                    reuse = (self.results.get("peer", {}).get(peer, {}).get("chain")
+                             if n == s.chain else None)
+                    peers[peer][str(n)] = reuse if reuse and "error" not in reuse else \
+                        self.child(f"scaling: {peer} chain of {n}",
+                                   {"part": part, "shape": "chain", "size": n, "tasks": 1,
+                                    "inflight": 1}, self._peer_line)
+            conc: dict[str, Any] = out.setdefault("concurrency", {})
             for c in s.scale_concurrency:
                 conc[str(c)] = self._ax(
                     f"scaling: embedded financial x {s.scale_tasks}, {c} in flight",
                     shape="financial", tasks=s.scale_tasks, inflight=c)
-            out["chain"] = chain
-            out["concurrency"] = conc
-            # The peer's per-step cost at the same chain lengths (not 10,000: its
-            # checkpoints grow with the graph, which would blow the time budget).
-            peer: dict[str, Any] = {}
-            reuse = self.results.get("peer", {}).get("langgraph", {}).get("chain")
-            for n in s.scale_chain:
-                if n > s.chain:
-                    continue
-                if n == s.chain and reuse and "error" not in reuse:
-                    peer[str(n)] = reuse
-                    continue
-                peer[str(n)] = self.child(f"scaling: langgraph chain of {n}",
-                                          {"part": "peer", "shape": "chain", "size": n,
-                                           "tasks": 1, "inflight": 1}, self._peer_line)
-            out["langgraph_chain"] = peer
-            dbos: dict[str, Any] = {}
-            reuse = self.results.get("peer", {}).get("dbos", {}).get("chain")
-            for n in s.scale_chain:
-                if n > s.chain:
-                    continue
-                if n == s.chain and reuse and "error" not in reuse:
-                    dbos[str(n)] = reuse
-                    continue
-                dbos[str(n)] = self.child(f"scaling: dbos chain of {n}",
-                                          {"part": "dbos", "shape": "chain", "size": n,
-                                           "tasks": 1, "inflight": 1}, self._peer_line)
-            out["dbos_chain"] = dbos
 
     def _run_validation(self) -> None:
         with self._section("validation") as out:

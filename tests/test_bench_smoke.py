@@ -110,6 +110,24 @@ def test_floor_and_engines_are_well_formed(
 
 
 @pytest.mark.timeout(600)
+def test_ax_and_the_peers_take_turns_shape_by_shape_and_size_by_size(
+        quick_run: tuple[dict[str, Any], str, str]) -> None:
+    # The machine's speed drifts over minutes: a ratio compares figures taken next to
+    # each other, not sections apart.
+    log = quick_run[2]
+
+    def at(label: str) -> int:
+        found = log.find(label)
+        assert found >= 0, label
+        return found
+
+    assert at("embedded: chain of") < at("langgraph: chain (") < at("dbos: chain (") \
+        < at("embedded: fan-out/fan-in of") < at("langgraph: fanout (")
+    # (The quick main chain has 20 nodes: its scaling entry reuses the engines' run.)
+    assert at("scaling: embedded chain of 10 ") < at("scaling: langgraph chain of 10 ") \
+        < at("scaling: dbos chain of 10 ") < at("scaling: chain of 20: reusing")
+
+
 def test_peer_api_validation_profile_and_summary(
         quick_run: tuple[dict[str, Any], str, str]) -> None:
     results = quick_run[0]

@@ -478,7 +478,7 @@ class Topology:
     def emails(self) -> list[Mapping[str, str]]:
         """Headers of every message in the local mailbox."""
         parser = email.parser.BytesHeaderParser(policy=email.policy.default)
-        out = []
+        out: list[Mapping[str, str]] = []
         for path in sorted(self.mail_dir.glob("*.eml")):
             with open(path, "rb") as fh:
                 out.append({k: str(v) for k, v in parser.parse(fh).items()})
