@@ -253,7 +253,7 @@ def inline(handler: _H) -> _H:
     """Mark ``handler`` (a handler or a tool: ``(request, ctx) -> Outcome``) as one that
     returns at once and never blocks, so the thread runner calls it on its event loop
     rather than in a thread: the hand-off to a thread and back costs a node more than a
-    pure function's work (0.3 to 0.8 ms of CPU per node, measured in ``bench/``).
+    pure function's work (0.2 to 0.8 ms of CPU per node, measured in ``bench/``).
 
     Such a handler runs with the worker's event loop stopped until it returns, so it
     must not sleep, wait on I/O or call the context's blocking methods (``heartbeat``,
