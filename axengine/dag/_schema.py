@@ -77,7 +77,9 @@ _REQUIRED: Mapping[str, tuple[str, ...]] = {
 _ALLOWED: Mapping[str, tuple[str, ...]] = {
     t: (*_COMMON_FIELDS, *names) for t, names in _TYPE_FIELDS.items()
 }
-_KNOWN: Mapping[str, tuple[str, ...]] = {t: (*_ALLOWED[t], *_EXECUTOR_FIELDS) for t in _ALLOWED}
+_KNOWN: Mapping[str, tuple[str, ...]] = {
+    t: tuple(dict.fromkeys((*_ALLOWED[t], *_EXECUTOR_FIELDS))) for t in _ALLOWED
+}
 _OTHERS: Mapping[str, Mapping[str, tuple[str, ...]]] = {
     t: {o: f for o, f in _TYPE_FIELDS.items() if o != t} for t in _TYPE_FIELDS
 }

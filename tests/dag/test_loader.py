@@ -265,6 +265,16 @@ def test_unknown_field_hint_suggests_the_closest_field() -> None:
     assert problem.line == 3
 
 
+def test_unknown_field_without_a_close_match_lists_each_valid_field_once() -> None:
+    (problem,) = problems_of("name: t\nnodes:\n  a: {type: tool_call, tool: echo, "
+                             "depends_on: [b]}\n")
+
+    assert problem.code == "unknown-field"
+    fields = problem.hint.removeprefix("valid fields: ").split(", ")
+    assert {"tool", "runner", "next", "map"} <= set(fields)
+    assert len(fields) == len(set(fields)), fields
+
+
 def test_duplicate_keys_are_rejected_with_both_lines() -> None:
     (problem,) = problems_of("name: d\nnodes:\n  a:\n    type: tool_call\n"
                              "    tool: echo\n    tool: echo\n")
