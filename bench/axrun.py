@@ -27,7 +27,17 @@ from typing import Any
 from axengine.dag import load_dag_mapping
 from axengine.engine import Engine, Event, Reconciler, TaskRecord, host_pid_owner
 from axengine.queue import WorkItem, WorkQueue
-from axengine.store import Compare, Delete, KeyValue, Op, Put, StateStore, StoreWrapper, TxnResult
+from axengine.store import (
+    Compare,
+    Delete,
+    Get,
+    KeyValue,
+    Op,
+    Put,
+    StateStore,
+    StoreWrapper,
+    TxnResult,
+)
 from axengine.wiring import open_queue, open_store
 from axengine.worker import Worker
 from bench import shapes
@@ -78,6 +88,8 @@ class CountingStore(StoreWrapper):
         self.counts["puts"] += writes
         if writes:
             self.counts["write_txns"] += 1
+        elif any(isinstance(op, Get) for op in branch):
+            self.counts["read_txns"] += 1  # reads several keys or prefixes at once
         if not result.succeeded:
             self.counts["conflicts"] += 1
         return result
@@ -298,8 +310,8 @@ async def _run(spec: dict[str, Any]) -> dict[str, Any]:
         "store": counts_store, "queue": counts_queue,
         "write_txns_per_node": round(counts_store.get("write_txns", 0) / nodes, 3),
         "txns_per_node": round(counts_store.get("txn", 0) / nodes, 3),
-        "reads_per_node": round(sum(counts_store.get(k, 0) for k in ("get", "get_many", "range"))
-                                / nodes, 3),
+        "reads_per_node": round(sum(counts_store.get(k, 0) for k in
+                                    ("get", "get_many", "range", "read_txns")) / nodes, 3),
     }
     if profiler is not None:
         result["profile"] = profile_summary(profiler, int(spec.get("profile_top", 25)))

@@ -347,7 +347,7 @@ async def follow_event_batches(engine: Engine, task_id: str, *, after_seq: int =
 
     Live events come from two watches, because etcd serves a watch that starts at a
     past revision from its history only on its next history sync, up to 100 ms later
-    (and then in one burst). A *history* watch from the revision read before the replay
+    (and then in one burst). A *history* watch from the revision the replay was read at
     misses nothing, but it is such a late watch whenever anything committed in between
     (any task's commit moves the revision). A *live* watch from now on is served at once
     but starts at a revision nobody is told: its first event triggers one more read of
@@ -363,16 +363,15 @@ async def follow_event_batches(engine: Engine, task_id: str, *, after_seq: int =
     Raises:
         NotFound: The task does not exist (before anything is yielded).
     """
-    # ``task`` (the caller checked that it exists) may be read before the revision: a
-    # status it did not show final is final by an event, which the replay below holds
-    # if it came before the revision, and the history watch from the revision on if it
-    # came after.
+    # ``task`` (the caller checked that it exists) may be read before the replay: a
+    # status it did not show final is final by an event, which the replay holds if it
+    # came by the replay's revision, and the history watch from the next one if after.
     task = task or await require_task(engine, task_id)
-    start = await engine.revision()
+    timeline, start = await engine.events_at(task_id)
     cursor = _Cursor(after_seq)
     status = ""  # as the last status change in the replay left it
     replayed: list[Event] = []
-    for event in await engine.events(task_id):
+    for event in timeline:
         if cursor.take(event):
             replayed.append(event)
         if event.kind.startswith(STATUS_EVENT_PREFIX):

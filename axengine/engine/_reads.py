@@ -102,6 +102,10 @@ def _event_id(now: float, n: int = 0) -> str:
     return f"{int(now * 1_000_000):017d}-{n:04d}-{secrets.token_hex(4)}"
 
 
+def _timeline(kvs: Collection[KeyValue]) -> list[Event]:
+    return sorted((_event_with_seq(kv) for kv in kvs), key=lambda e: (e.seq, e.event_id))
+
+
 def _event_with_seq(kv: KeyValue) -> Event:
     # An event's seq is the revision that created its key: the commit order.
     return replace(codec.decode_event(kv.value), seq=kv.create_revision)
@@ -212,9 +216,14 @@ class EngineReads:
         Raises:
             NotFound: The task does not exist.
         """
-        task, _ = await self._load_task(task_id)
+        # The record and the snapshots in one read, at one revision.
+        read = await self._store.txn([], [Get(self._keys.task(task_id)),
+                                          Get(self._keys.snapshots(task_id), prefix=True)])
+        found, kvs = read.reads
+        if not found:
+            raise NotFound(f"task {task_id!r} does not exist")
+        task = codec.decode_task(found[0].value)
         dag = await self.get_dag(task.dag_hash)
-        kvs = await self._store.range(self._keys.snapshots(task_id))
         snaps: dict[str, Snapshot] = {}
         revision = 0
         for kv in kvs:
@@ -412,7 +421,14 @@ class EngineReads:
     async def events(self, task_id: str) -> list[Event]:
         """A task's whole timeline, sorted by (seq, event id)."""
         kvs = await self._store.range(self._keys.events(task_id))
-        return sorted((_event_with_seq(kv) for kv in kvs), key=lambda e: (e.seq, e.event_id))
+        return _timeline(kvs)
+
+    async def events_at(self, task_id: str) -> tuple[list[Event], int]:
+        """A task's whole timeline (as :meth:`events`) and the store revision it was
+        read at, in one read: a watch from the next revision on misses nothing and
+        repeats nothing."""
+        read = await self._store.txn([], [Get(self._keys.events(task_id), prefix=True)])
+        return _timeline(read.reads[0]), read.revision
 
     async def events_page(self, task_id: str, *, after: str = "", max_seq: int = 0,
                           limit: int = 1000, settled: bool = False,
@@ -465,12 +481,11 @@ class EngineReads:
         """A task's events as they commit, from ``start_revision`` on (each with its
         seq), for as long as the caller iterates.
 
-        Read :meth:`revision` before replaying what is already stored and start here
-        right after it, so an event committed in between is seen (twice at worst: the
-        caller dedupes by seq and event id). On etcd a watch that starts at a past
-        revision is served from its history only on etcd's next sync, up to 100 ms
-        later; ``start_revision=0`` (from now on) is served at once — the API's
-        ``follow_events`` runs both and reconciles them.
+        Replay what is already stored with :meth:`events_at` and start here right after
+        the revision it was read at: nothing is missed, nothing repeated. On etcd a
+        watch that starts at a past revision is served from its history only on etcd's
+        next sync, up to 100 ms later; ``start_revision=0`` (from now on) is served at
+        once — the API's ``follow_events`` runs both and reconciles them.
 
         Raises:
             RevisionCompacted: ``start_revision`` is older than the store keeps.

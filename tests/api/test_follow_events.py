@@ -56,6 +56,9 @@ class FakeEngine:
     async def events(self, task_id: str) -> list[Event]:
         return list(self.stored)
 
+    async def events_at(self, task_id: str) -> tuple[list[Event], int]:
+        return list(self.stored), self.revision_now
+
     async def watch_events(self, task_id: str, *, start_revision: int
                            ) -> AsyncIterator[Event]:
         queue: asyncio.Queue[Event] = asyncio.Queue()

@@ -13,10 +13,11 @@ import pytest
 
 from axengine.dag import load_dag, load_dag_text
 from axengine.engine import Engine, EngineConfig, Reconciler
+from axengine.errors import NotFound
 from axengine.process import default_handler
 from axengine.queue import WorkQueue
 from axengine.queue.inprocess import InProcessQueue
-from axengine.store import StateStore
+from axengine.store import KeyValue, StateStore, StoreWrapper, TxnResult
 from axengine.store.embedded import SqliteStore
 from axengine.worker import Worker
 from executors.contract import Success
@@ -130,5 +131,76 @@ nodes:
         finally:
             await engine.queue.close()
             await backends["opened"].close()
+
+    asyncio.run(main())
+
+
+class CountingStore(StoreWrapper):
+    """Counts the requests made to the store."""
+
+    def __init__(self, inner: StateStore) -> None:
+        super().__init__(inner)
+        self.requests = 0
+
+    async def get(self, key: str) -> KeyValue | None:
+        self.requests += 1
+        return await self.inner.get(key)
+
+    async def get_many(self, keys: Any) -> dict[str, KeyValue]:
+        self.requests += 1
+        return await self.inner.get_many(keys)
+
+    async def range(self, prefix: str, *, start_after: str | None = None,
+                    limit: int = 0) -> list[KeyValue]:
+        self.requests += 1
+        return await self.inner.range(prefix, start_after=start_after, limit=limit)
+
+    async def txn(self, compares: Any, success: Any, failure: Any = ()) -> TxnResult:
+        self.requests += 1
+        return await self.inner.txn(compares, success, failure)
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "etcd"])
+def test_a_task_and_a_timeline_are_each_read_in_one_request(
+        kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    """``get_task`` reads the record and the snapshots together, ``events_at`` the
+    events and the revision they were read at; a watch from the next revision then
+    brings the next commit and nothing already replayed."""
+    spec: dict[str, Any] = {"store": kind, "queue": "inprocess", "tmp": tmp_path,
+                            "prefix": f"/t-{uuid.uuid4().hex[:8]}"}
+    if kind == "etcd":
+        spec["etcd"] = request.getfixturevalue("etcd_server")
+    dag = load_dag_text("""
+name: reads
+nodes:
+  a: {type: tool_call, tool: echo, input: x, next: b}
+  b: {type: tool_call, tool: echo, input: y}
+""")
+
+    async def main() -> None:
+        engine = build(spec)
+        counting = CountingStore(engine._store)
+        engine._store = counting
+        try:
+            task = (await engine.submit(dag, {})).task_id
+            counting.requests = 0
+            view = await engine.get_task(task)
+            assert counting.requests == 1
+            assert set(view.snapshots) == {"a", "b"} and view.task.task_id == task
+            timeline, revision = await engine.events_at(task)
+            assert counting.requests == 2
+            assert timeline == await engine.events(task) and timeline
+            assert revision == await engine.revision()
+            events = engine.watch_events(task, start_revision=revision + 1)
+            claimed = await engine.claim(task, "a", worker="w1")
+            assert claimed.result == "claimed"
+            first = await asyncio.wait_for(anext(events), 10)
+            assert first.kind == "claimed" and first.seq == revision + 1
+            await events.aclose()
+            with pytest.raises(NotFound):
+                await engine.get_task("t-missing")
+        finally:
+            await engine.queue.close()
+            await spec["opened"].close()
 
     asyncio.run(main())
