@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import gc
 import sys
 import threading
+import time
 from types import FrameType
 from typing import Any
 
@@ -414,3 +416,28 @@ def test_time_bound_holds_on_another_thread() -> None:
     thread.join(timeout=5)
     assert not thread.is_alive()
     assert len(errors) == 1
+
+
+def test_the_render_clock_leaves_out_garbage_collection() -> None:
+    """A collection that runs on the rendering thread (with the finalizers it calls) is
+    not the render's CPU time; the render's own time still is."""
+    from axengine.template import _budget
+
+    def burn(seconds: float) -> None:
+        end = time.thread_time() + seconds
+        while time.thread_time() < end:
+            pass
+
+    class SlowToFinalize:
+        def __del__(self) -> None:
+            burn(_budget.MAX_RENDER_SECONDS + 0.05)
+
+    session = _budget._Session()
+    garbage = SlowToFinalize()
+    garbage.cycle = garbage  # type: ignore[attr-defined]  # only a collection frees it
+    del garbage
+    gc.collect()
+    session.check_clock()  # the collection's 0.3 s are not counted
+    burn(_budget.MAX_RENDER_SECONDS + 0.05)
+    with pytest.raises(_budget._Interrupted):
+        session.check_clock()

@@ -8,7 +8,9 @@ template ``line``. :func:`_charge` counts the characters built in intermediate v
 
 from __future__ import annotations
 
+import gc
 import sys
+import threading
 import time
 from collections.abc import Callable
 from contextvars import ContextVar
@@ -54,13 +56,34 @@ class _Interrupted(BaseException):
     """Raised by the trace hook; a BaseException so no ``except Exception`` swallows it."""
 
 
+class _GcClock(threading.local):
+    """The CPU time this thread has spent collecting garbage (finalizers included)."""
+
+    started = 0.0
+    spent = 0.0
+
+
+_GC_CLOCK = _GcClock()
+
+
+def _count_gc(phase: str, info: dict[str, int]) -> None:
+    if phase == "start":
+        _GC_CLOCK.started = time.thread_time()
+    else:
+        _GC_CLOCK.spent += time.thread_time() - _GC_CLOCK.started
+
+
+gc.callbacks.append(_count_gc)
+
+
 class _Session:
     """The budget of one render: CPU deadline, trace countdown, characters built."""
 
-    __slots__ = ("countdown", "deadline", "lines", "work")
+    __slots__ = ("countdown", "deadline", "gc_spent", "lines", "work")
 
     def __init__(self) -> None:
         self.deadline = time.thread_time() + MAX_RENDER_SECONDS
+        self.gc_spent = _GC_CLOCK.spent
         self.countdown = _CHECK_EVERY
         self.work = 0
         self.lines = self._trace_lines
@@ -68,7 +91,10 @@ class _Session:
     def check_clock(self) -> None:
         self.countdown = _CHECK_EVERY
         # Thread CPU time, not wall time: a busy server must not fail honest renders.
-        if time.thread_time() > self.deadline:
+        # Nor does a garbage collection that happens to run on this thread count (a
+        # full one, with the finalizers it runs, can take longer than a render may).
+        used_by_gc = _GC_CLOCK.spent - self.gc_spent
+        if time.thread_time() - used_by_gc > self.deadline:
             raise _Interrupted
 
     def trace(self, frame: FrameType, event: str, arg: Any) -> Any:
