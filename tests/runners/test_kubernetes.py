@@ -283,9 +283,11 @@ def test_a_pod_killed_137_fails_the_attempt_and_the_retry_succeeds(
 
 def test_oom_killed_pod_is_a_retryable_failure(cluster: KubeTopology, client: Any,
                                                record_property: Any) -> None:
+    # Armed before the submit: the executor may start the pod before submit() returns
+    # (the tests of this module run one at a time, so the next "nap" pod is this task's).
+    cluster.kube.oom_next(lambda pod: pod["metadata"]["labels"].get("ax-node")
+                          == label_value("nap"))
     task = client.submit(SLEEP_DAG, {"seconds": 0.2}).task_id
-    cluster.kube.oom_next(lambda pod: pod["metadata"]["labels"].get("ax-task")
-                          == label_value(task))
     result = client.wait(task, timeout=25)
     assert result.status == "SUCCEEDED"
     retry = next(e for e in client.events(task) if e.kind == "retry")
