@@ -177,11 +177,11 @@ class AxServicer(_Base):
     async def WatchTask(self, request: Any, context: Any) -> AsyncIterator[Any]:
         try:
             self.authorize(context, "read")
-            task = await ops.require_task(self.engine, request.task_id)
+            timeline = await self.engine.timeline(request.task_id)
         except Exception as exc:
             await _abort(context, exc, False)
             return
-        stream = ops.follow_events(self.engine, request.task_id, task=task,
+        stream = ops.follow_events(self.engine, request.task_id, timeline=timeline,
                                    after_seq=request.after_seq, stopping=self.stopping)
         try:
             async for item in stream:

@@ -30,6 +30,7 @@ from axengine.engine import (
     SubmitResult,
     TaskRecord,
     TaskStatus,
+    Timeline,
     fit_problem,
 )
 from axengine.engine._reads import Approval, DagInfo
@@ -334,7 +335,7 @@ class _Cursor:
 
 
 async def follow_event_batches(engine: Engine, task_id: str, *, after_seq: int = 0,
-                               task: TaskRecord | None = None,
+                               timeline: Timeline | None = None,
                                stopping: asyncio.Event | None = None,
                                keepalive: float = 15.0, max_seconds: float = 3600.0,
                                ) -> AsyncGenerator[list[Event] | WatchEnd | None, None]:
@@ -357,21 +358,21 @@ async def follow_event_batches(engine: Engine, task_id: str, *, after_seq: int =
     watch covers a task that commits nothing after the live watch starts (ended or
     paused in between). The cursor drops what a second source repeats.
 
-    ``task``: the task's record, when the caller has read it already (to answer "not
-    found" before a stream starts); otherwise it is read here.
+    ``timeline``: the task's :meth:`~axengine.engine.Engine.timeline` (its record and
+    events, read together), when the caller has read it already (to answer "not found"
+    before a stream starts); otherwise it is read here.
 
     Raises:
         NotFound: The task does not exist (before anything is yielded).
     """
-    # ``task`` (the caller checked that it exists) may be read before the replay: a
-    # status it did not show final is final by an event, which the replay holds if it
-    # came by the replay's revision, and the history watch from the next one if after.
-    task = task or await require_task(engine, task_id)
-    timeline, start = await engine.events_at(task_id)
+    # The record and the replay are read at one revision; the history watch starts
+    # right after it.
+    timeline = timeline or await engine.timeline(task_id)
+    task, start = timeline.task, timeline.revision
     cursor = _Cursor(after_seq)
     status = ""  # as the last status change in the replay left it
     replayed: list[Event] = []
-    for event in timeline:
+    for event in timeline.events:
         if cursor.take(event):
             replayed.append(event)
         if event.kind.startswith(STATUS_EVENT_PREFIX):
@@ -452,12 +453,12 @@ async def follow_event_batches(engine: Engine, task_id: str, *, after_seq: int =
 
 
 async def follow_events(engine: Engine, task_id: str, *, after_seq: int = 0,
-                        task: TaskRecord | None = None,
+                        timeline: Timeline | None = None,
                         stopping: asyncio.Event | None = None, keepalive: float = 15.0,
                         max_seconds: float = 3600.0,
                         ) -> AsyncGenerator[Event | WatchEnd | None, None]:
     """:func:`follow_event_batches`, one event at a time."""
-    batches = follow_event_batches(engine, task_id, after_seq=after_seq, task=task,
+    batches = follow_event_batches(engine, task_id, after_seq=after_seq, timeline=timeline,
                                    stopping=stopping, keepalive=keepalive,
                                    max_seconds=max_seconds)
     try:

@@ -48,6 +48,16 @@ LATE_EVENT_WINDOW = 30.0
 
 
 @dataclass(frozen=True)
+class Timeline:
+    """A task's record and whole timeline (sorted by seq, event id), read together at
+    ``revision``: a watch from ``revision + 1`` on misses nothing and repeats nothing."""
+
+    task: TaskRecord
+    events: list[Event]
+    revision: int
+
+
+@dataclass(frozen=True)
 class TaskView:
     """A task with its DAG and every node snapshot (outputs resolved from blobs)."""
 
@@ -423,12 +433,19 @@ class EngineReads:
         kvs = await self._store.range(self._keys.events(task_id))
         return _timeline(kvs)
 
-    async def events_at(self, task_id: str) -> tuple[list[Event], int]:
-        """A task's whole timeline (as :meth:`events`) and the store revision it was
-        read at, in one read: a watch from the next revision on misses nothing and
-        repeats nothing."""
-        read = await self._store.txn([], [Get(self._keys.events(task_id), prefix=True)])
-        return _timeline(read.reads[0]), read.revision
+    async def timeline(self, task_id: str) -> Timeline:
+        """The task record and its whole timeline (as :meth:`events`) with the store
+        revision they were read at, in one read.
+
+        Raises:
+            NotFound: The task does not exist.
+        """
+        read = await self._store.txn([], [Get(self._keys.task(task_id)),
+                                          Get(self._keys.events(task_id), prefix=True)])
+        found, kvs = read.reads
+        if not found:
+            raise NotFound(f"task {task_id!r} does not exist")
+        return Timeline(codec.decode_task(found[0].value), _timeline(kvs), read.revision)
 
     async def events_page(self, task_id: str, *, after: str = "", max_seq: int = 0,
                           limit: int = 1000, settled: bool = False,
@@ -481,7 +498,7 @@ class EngineReads:
         """A task's events as they commit, from ``start_revision`` on (each with its
         seq), for as long as the caller iterates.
 
-        Replay what is already stored with :meth:`events_at` and start here right after
+        Replay what is already stored with :meth:`timeline` and start here right after
         the revision it was read at: nothing is missed, nothing repeated. On etcd a
         watch that starts at a past revision is served from its history only on etcd's
         next sync, up to 100 ms later; ``start_revision=0`` (from now on) is served at

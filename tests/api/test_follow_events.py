@@ -14,8 +14,8 @@ from types import SimpleNamespace
 from typing import Any, cast
 
 from axengine.api import _ops as ops
-from axengine.engine import Engine
-from axengine.records import Event, TaskStatus
+from axengine.engine import Engine, Timeline
+from axengine.records import Event, TaskRecord, TaskStatus
 
 TASK = "t-1"
 
@@ -49,15 +49,15 @@ class FakeEngine:
     async def revision(self) -> int:
         return self.revision_now
 
-    async def task_record(self, task_id: str) -> Any:
+    async def timeline(self, task_id: str) -> Timeline:
+        """The record and the events, read together (one read)."""
         self.task_reads += 1
-        return SimpleNamespace(status=TaskStatus.RUNNING)
+        record = cast(TaskRecord, SimpleNamespace(status=TaskStatus.RUNNING))
+        return Timeline(record, list(self.stored), self.revision_now)
 
     async def events(self, task_id: str) -> list[Event]:
         return list(self.stored)
 
-    async def events_at(self, task_id: str) -> tuple[list[Event], int]:
-        return list(self.stored), self.revision_now
 
     async def watch_events(self, task_id: str, *, start_revision: int
                            ) -> AsyncIterator[Event]:
@@ -137,7 +137,7 @@ def test_a_resumed_stream_sends_nothing_up_to_after_seq() -> None:
 
 
 
-def test_a_task_whose_replay_ends_final_ends_the_stream_with_one_task_read() -> None:
+def test_a_task_whose_replay_ends_final_ends_the_stream_with_one_read() -> None:
     engine = FakeEngine(serve_history=False)
     engine.commit("claimed")
     engine.commit("committed", "task_succeeded")

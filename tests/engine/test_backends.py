@@ -163,8 +163,8 @@ class CountingStore(StoreWrapper):
 @pytest.mark.parametrize("kind", ["sqlite", "etcd"])
 def test_a_task_and_a_timeline_are_each_read_in_one_request(
         kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
-    """``get_task`` reads the record and the snapshots together, ``events_at`` the
-    events and the revision they were read at; a watch from the next revision then
+    """``get_task`` reads the record and the snapshots together, ``timeline`` the record,
+    the events and the revision they were read at; a watch from the next revision then
     brings the next commit and nothing already replayed."""
     spec: dict[str, Any] = {"store": kind, "queue": "inprocess", "tmp": tmp_path,
                             "prefix": f"/t-{uuid.uuid4().hex[:8]}"}
@@ -187,9 +187,11 @@ nodes:
             view = await engine.get_task(task)
             assert counting.requests == 1
             assert set(view.snapshots) == {"a", "b"} and view.task.task_id == task
-            timeline, revision = await engine.events_at(task)
+            timeline = await engine.timeline(task)
             assert counting.requests == 2
-            assert timeline == await engine.events(task) and timeline
+            assert timeline.task == view.task
+            assert timeline.events == await engine.events(task) and timeline.events
+            revision = timeline.revision
             assert revision == await engine.revision()
             events = engine.watch_events(task, start_revision=revision + 1)
             claimed = await engine.claim(task, "a", worker="w1")
@@ -197,8 +199,9 @@ nodes:
             first = await asyncio.wait_for(anext(events), 10)
             assert first.kind == "claimed" and first.seq == revision + 1
             await events.aclose()
-            with pytest.raises(NotFound):
-                await engine.get_task("t-missing")
+            for read in (engine.get_task, engine.timeline):
+                with pytest.raises(NotFound):
+                    await read("t-missing")
         finally:
             await engine.queue.close()
             await spec["opened"].close()
