@@ -112,7 +112,8 @@ def _event_id(now: float, n: int = 0) -> str:
     return f"{int(now * 1_000_000):017d}-{n:04d}-{secrets.token_hex(4)}"
 
 
-def _timeline(kvs: Collection[KeyValue]) -> list[Event]:
+def _sorted_events(kvs: Collection[KeyValue]) -> list[Event]:
+    """Events in commit order: by seq (the creating revision), then event id."""
     return sorted((_event_with_seq(kv) for kv in kvs), key=lambda e: (e.seq, e.event_id))
 
 
@@ -188,6 +189,21 @@ class EngineReads:
             raise NotFound(f"task {task_id!r} does not exist")
         return kv
 
+    async def _task_with(self, task_id: str, prefix: str
+                         ) -> tuple[TaskRecord, tuple[KeyValue, ...], int]:
+        """The task record and the keys under ``prefix``, in one read at one revision
+        (returned third).
+
+        Raises:
+            NotFound: The task does not exist.
+        """
+        read = await self._store.txn([], [Get(self._keys.task(task_id)),
+                                          Get(prefix, prefix=True)])
+        found, kvs = read.reads
+        if not found:
+            raise NotFound(f"task {task_id!r} does not exist")
+        return codec.decode_task(found[0].value), kvs, read.revision
+
     async def _load_task(self, task_id: str) -> tuple[TaskRecord, int]:
         kv = await self._task_kv(task_id)
         return codec.decode_task(kv.value), kv.mod_revision
@@ -226,13 +242,7 @@ class EngineReads:
         Raises:
             NotFound: The task does not exist.
         """
-        # The record and the snapshots in one read, at one revision.
-        read = await self._store.txn([], [Get(self._keys.task(task_id)),
-                                          Get(self._keys.snapshots(task_id), prefix=True)])
-        found, kvs = read.reads
-        if not found:
-            raise NotFound(f"task {task_id!r} does not exist")
-        task = codec.decode_task(found[0].value)
+        task, kvs, _ = await self._task_with(task_id, self._keys.snapshots(task_id))
         dag = await self.get_dag(task.dag_hash)
         snaps: dict[str, Snapshot] = {}
         revision = 0
@@ -431,7 +441,7 @@ class EngineReads:
     async def events(self, task_id: str) -> list[Event]:
         """A task's whole timeline, sorted by (seq, event id)."""
         kvs = await self._store.range(self._keys.events(task_id))
-        return _timeline(kvs)
+        return _sorted_events(kvs)
 
     async def timeline(self, task_id: str) -> Timeline:
         """The task record and its whole timeline (as :meth:`events`) with the store
@@ -440,12 +450,8 @@ class EngineReads:
         Raises:
             NotFound: The task does not exist.
         """
-        read = await self._store.txn([], [Get(self._keys.task(task_id)),
-                                          Get(self._keys.events(task_id), prefix=True)])
-        found, kvs = read.reads
-        if not found:
-            raise NotFound(f"task {task_id!r} does not exist")
-        return Timeline(codec.decode_task(found[0].value), _timeline(kvs), read.revision)
+        task, kvs, revision = await self._task_with(task_id, self._keys.events(task_id))
+        return Timeline(task, _sorted_events(kvs), revision)
 
     async def events_page(self, task_id: str, *, after: str = "", max_seq: int = 0,
                           limit: int = 1000, settled: bool = False,
