@@ -131,6 +131,10 @@ def _versions() -> dict[str, str]:
     return versions
 
 
+#: What the embedded section runs on.
+EMBEDDED_BACKEND = "SQLite (WAL, synchronous=FULL) + in-process queue"
+
+
 class Runner:
     """Runs the plan and collects ``results``.
 
@@ -300,6 +304,7 @@ class Runner:
             self._run_engines()  # embedded and the peers, shape by shape
             return
         with self._section("embedded") as out:
+            out["backend"] = EMBEDDED_BACKEND
             for shape in self.ENGINE_SHAPES:
                 self._embedded_workload(out, shape)
 
@@ -316,6 +321,7 @@ class Runner:
         speed drifts over minutes (the same code measured twice as fast an hour
         apart), and a ratio should compare figures taken next to each other."""
         with self._section("embedded") as emb, self._section("peer") as peer:
+            emb["backend"] = EMBEDDED_BACKEND
             for shape in self.ENGINE_SHAPES:
                 self._embedded_workload(emb, shape)
                 self._peer_workloads(peer, shape)
@@ -324,22 +330,28 @@ class Runner:
     #: The workloads of the embedded and peer sections, in the order they run.
     ENGINE_SHAPES = ("financial_sequential", "financial_concurrent", "chain", "fanout")
 
+    def _engine_run(self, name: str, fin_tasks: int, conc_tasks: int
+                    ) -> tuple[str, int, int, int]:
+        """Workload ``name`` of the engines section: shape, size, tasks, in flight."""
+        s = self.sizes
+        return {
+            "financial_sequential": ("financial", 0, fin_tasks, 1),
+            "financial_concurrent": ("financial", 0, conc_tasks, s.fin_inflight),
+            "chain": ("chain", s.chain, 1, 1),
+            "fanout": ("fanout", s.fanout, 1, 1),
+        }[name]
+
     def _embedded_workload(self, out: dict[str, Any], name: str) -> None:
         s = self.sizes
-        out["backend"] = "SQLite (WAL, synchronous=FULL) + in-process queue"
-        w = out.setdefault("workloads", {})
-        if name == "financial_sequential":
-            w[name] = self._ax(f"embedded: financial x {s.fin_tasks}, one at a time",
-                               shape="financial", tasks=s.fin_tasks, inflight=1)
-        elif name == "financial_concurrent":
-            w[name] = self._ax(
-                f"embedded: financial x {s.fin_tasks}, {s.fin_inflight} in flight",
-                shape="financial", tasks=s.fin_tasks, inflight=s.fin_inflight)
-        elif name == "chain":
-            w[name] = self._ax(f"embedded: chain of {s.chain}", shape="chain", size=s.chain)
-        else:
-            w[name] = self._ax(f"embedded: fan-out/fan-in of {s.fanout}", shape="fanout",
-                               size=s.fanout)
+        kind, size, tasks, inflight = self._engine_run(name, s.fin_tasks, s.fin_tasks)
+        label = {
+            "financial_sequential": f"financial x {tasks}, one at a time",
+            "financial_concurrent": f"financial x {tasks}, {inflight} in flight",
+            "chain": f"chain of {size}",
+            "fanout": f"fan-out/fan-in of {size}",
+        }[name]
+        out.setdefault("workloads", {})[name] = self._ax(
+            f"embedded: {label}", shape=kind, size=size, tasks=tasks, inflight=inflight)
 
     def _peer_workloads(self, out: dict[str, Any], name: str) -> None:
         """The workload ``name`` of every peer."""
@@ -347,12 +359,7 @@ class Runner:
         for peer, part, fin_tasks, conc_tasks in (
                 ("langgraph", "peer", s.fin_tasks, s.fin_tasks),
                 ("dbos", "dbos", s.dbos_fin_tasks, s.dbos_fin_conc)):
-            kind, size, tasks, inflight = {
-                "financial_sequential": ("financial", 0, fin_tasks, 1),
-                "financial_concurrent": ("financial", 0, conc_tasks, s.fin_inflight),
-                "chain": ("chain", s.chain, 1, 1),
-                "fanout": ("fanout", s.fanout, 1, 1),
-            }[name]
+            kind, size, tasks, inflight = self._engine_run(name, fin_tasks, conc_tasks)
             out.setdefault(peer, {})[name] = self.child(
                 f"{peer}: {name} ({kind}{' ' + str(size) if size else ''} x {tasks}"
                 f"{f', {inflight} in flight' if inflight > 1 else ''})",
