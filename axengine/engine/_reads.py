@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import secrets
+import random
 from collections.abc import AsyncIterator, Callable, Collection, Container, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -108,8 +108,10 @@ class Approval:
 
 def _event_id(now: float, n: int = 0) -> str:
     # Time-ordered, then in the order a transition appended its events (they share one
-    # store revision); the random tail keeps concurrent writers apart.
-    return f"{int(now * 1_000_000):017d}-{n:04d}-{secrets.token_hex(4)}"
+    # store revision); the random tail keeps concurrent writers apart. It names, it does
+    # not guard: the module's generator (seeded from the OS, reseeded in a forked child)
+    # costs no system call, where `secrets` makes one per event.
+    return f"{int(now * 1_000_000):017d}-{n:04d}-{random.getrandbits(32):08x}"
 
 
 def _sorted_events(kvs: Collection[KeyValue]) -> list[Event]:

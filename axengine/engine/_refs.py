@@ -7,6 +7,7 @@ each template's AST), so the rule asks for exactly those (``Need``).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -60,6 +61,25 @@ def _union_refs(sources: Iterable[str]) -> frozenset[str] | None:
     return frozenset(refs)
 
 
+def _per_node(compute: Callable[[Node], frozenset[str] | None]
+              ) -> Callable[[Node], frozenset[str] | None]:
+    """``compute`` remembered on the node, as :attr:`Node.targets` is: a node is frozen
+    and its references are read on every decision that touches it."""
+    attr = f"_{compute.__name__}"
+
+    @functools.wraps(compute)
+    def per_node(node: Node) -> frozenset[str] | None:
+        try:
+            return node.__dict__[attr]  # type: ignore[no-any-return]
+        except KeyError:
+            refs = compute(node)
+            object.__setattr__(node, attr, refs)
+            return refs
+
+    return per_node
+
+
+@_per_node
 def param_refs(node: Node) -> frozenset[str] | None:
     sources = list(_templates_in(node.input))
     if node.prompt is not None:
@@ -69,10 +89,12 @@ def param_refs(node: Node) -> frozenset[str] | None:
     return _union_refs(sources)
 
 
+@_per_node
 def guard_refs(node: Node) -> frozenset[str] | None:
     return _union_refs(e.condition for e in node.next if e.condition is not None)
 
 
+@_per_node
 def expression_refs(node: Node) -> frozenset[str] | None:
     expression = node.expression or ""
     if "{{" in expression:
@@ -81,6 +103,7 @@ def expression_refs(node: Node) -> frozenset[str] | None:
     return None if "nodes" in expression else frozenset()
 
 
+@_per_node
 def map_refs(node: Node) -> frozenset[str] | None:
     """The nodes a map node's ``map`` template reads."""
     return _union_refs([node.map] if node.map is not None else [])
