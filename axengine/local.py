@@ -144,8 +144,14 @@ class LocalSession:
 
     async def submit(self, dag: str | Path | Dag | Mapping[str, Any], input: Any,
                      **options: Any) -> str:
-        """Submit a task; ``options`` as for :meth:`Engine.submit`. Returns its id."""
-        result = await self.engine.submit(load_any_dag(dag), input, **options)
+        """Submit a task; ``options`` as for :meth:`Engine.submit`. Returns its id.
+
+        The session's executor may claim the task's first node in the submit's
+        transaction and run it at once (:meth:`~axengine.worker.Worker.submit`)."""
+        executor = self.process.executor
+        loaded = load_any_dag(dag)
+        result = (await executor.submit(loaded, input, **options) if executor is not None
+                  else await self.engine.submit(loaded, input, **options))
         return str(result.task_id)
 
     async def result(self, task_id: str) -> RunResult:

@@ -235,7 +235,9 @@ async def _run(spec: dict[str, Any]) -> dict[str, Any]:
             fut: asyncio.Future[str] = loop.create_future()
             waiters[task_id] = fut
             t = time.perf_counter()
-            await engine.submit(dag, {"doc": f"doc-{i}", "seed": i}, task_id=task_id)
+            # As an embedded session submits (LocalSession.submit): through the worker,
+            # which may claim the first node in the submit's transaction.
+            await worker.submit(dag, {"doc": f"doc-{i}", "seed": i}, task_id=task_id)
             submit_times.append(time.perf_counter() - t)
             ids.append(task_id)
             statuses[await fut] += 1

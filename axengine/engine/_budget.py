@@ -10,7 +10,9 @@ reason that has nothing to do with its work. The bound is worked out from the ru
   and the idempotency key; its events are ``submitted``, at most one per node (an entry
   node readied, paused or failed to render; a condition evaluated inline; a node skipped
   because a failure or a guard left it unreachable — a whole chain can be skipped in
-  the submit transaction) and the task's status event: ``2N + 4`` plus the indexes;
+  the submit transaction), the task's status event, and the ``claimed`` event of an
+  entry node an embedded worker claims in the same transaction: ``2N + 5`` plus the
+  indexes;
 - **complete** (and a gate's decision or timeout) writes the node and, through skip
   propagation and inline conditions, possibly every other node, one event each, plus
   the task record and its status event, and the ``claimed`` event of a successor the

@@ -514,14 +514,18 @@ def _stall_recorded(b: _Builder, snap: Snapshot, verdict: Verdict) -> Plan:
 # --------------------------------------------------------------------------- rules
 
 
-def plan_submit(view: View, *, now: float, ids: EventIds, actor: str = "api") -> Plan:
+def plan_submit(view: View, *, now: float, ids: EventIds, actor: str = "api",
+                claim_next: NextClaim | None = None) -> Plan:
     """Initial snapshots (all PENDING) with the entry nodes readied. ``view.snaps``
-    must hold a fresh PENDING snapshot for every node."""
+    must hold a fresh PENDING snapshot for every node. ``claim_next``: claim for the
+    submitting worker one readied entry node (:func:`_claim_next`; ``plan.detail``)."""
     b = _builder(view, now, ids, actor)
     for snap in view.snaps.values():
         b.write(snap)
     b.event("submitted", None, f"dag={view.task.dag_name} hash={view.task.dag_hash[:12]}")
     b.settle(roots=view.dag.entry_nodes)
+    if claim_next is not None:
+        _claim_next(b, claim_next)
     return b.plan
 
 

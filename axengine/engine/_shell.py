@@ -123,8 +123,12 @@ class _Txn:
 
 @dataclass(frozen=True)
 class SubmitResult:
+    """A submit's answer: the task, whether this call created it, and the node the
+    submit claimed for the calling worker (:meth:`Engine.submit_and_claim`), if any."""
+
     task_id: str
     created: bool
+    next: ClaimResult | None = None
 
 
 class Engine(EngineReads):
@@ -542,6 +546,38 @@ class Engine(EngineReads):
         The same ``idempotency_key`` with the same payload returns the same task; with
         another payload it raises :class:`Conflict`.
         """
+        return await self._submit(dag, input, None, idempotency_key=idempotency_key,
+                                  labels=labels, priority=priority,
+                                  deadline_seconds=deadline_seconds, task_id=task_id,
+                                  submitted_by=submitted_by)
+
+    async def submit_and_claim(self, dag: Dag, input: Any, *, worker: str,
+                               lanes: Iterable[str], lease_seconds: float | None = None,
+                               **options: Any) -> SubmitResult:
+        """Submit (``options`` as for :meth:`submit`) and, in the same transaction,
+        claim for ``worker`` the first entry node the submit readies in one of
+        ``lanes``, as :meth:`complete_and_claim` claims a successor: the worker runs it
+        without a queue round trip, and a task's first node costs no transaction of its
+        own. The caller names only lanes where nothing waits (the claim must not
+        overtake queued work). ``next`` is the claim, or None when no node could be
+        claimed at once (it went to the queue) or the task existed already."""
+        ask = rules.NextClaim(worker=worker, lease=lease_seconds or self.config.lease_seconds,
+                              lanes=frozenset(lanes))
+        return await self._submit(dag, input, ask, **options)
+
+    async def _submit(
+        self,
+        dag: Dag,
+        input: Any,
+        ask: rules.NextClaim | None,
+        *,
+        idempotency_key: str = "",
+        labels: Mapping[str, str] | None = None,
+        priority: int = 0,
+        deadline_seconds: float | None = None,
+        task_id: str | None = None,
+        submitted_by: str = LOCAL_PRINCIPAL,
+    ) -> SubmitResult:
         labels = dict(labels or {})
         # Checked before anything is stored: the input must read back on every path
         # (standard JSON, bounded depth and size), and the largest transition of the DAG
@@ -566,16 +602,24 @@ class Engine(EngineReads):
             submitted_by=submitted_by,
             updated_at=now,
         )
-        view = View(dag=dag, task=task, task_rev=0, task_input=input, task_input_loaded=True)
+        # A claim reads the ramp of its node's dependency from the cache, under a
+        # compare (see below for when that compare fails).
+        view = View(dag=dag, task=task, task_rev=0, task_input=input, task_input_loaded=True,
+                    use_cache=ask is not None)
         preds = dag.predecessors
         for nid in dag.nodes:
             view.snaps[nid] = Snapshot(task_id=task_id, node_id=nid, last_updated=now,
                                        preds_left=len(preds[nid]))
         while isinstance(decided := self._decide(view, lambda v: rules.plan_submit(
-                v, now=now, ids=self._ids())), Need):
-            # Only a map at an entry asks for more: its items, which a new task has not.
+                v, now=now, ids=self._ids(), claim_next=ask)), Need):
+            # A map at an entry asks for its items, which a new task has not; the claim
+            # of an entry node (submit_and_claim), for its dependency's ramp or its run
+            # durations or a lane's depth (an adaptive timeout), which are read.
             for nid in decided.nodes:
                 view.absent(nid)
+            if decided.ramps or decided.durations or decided.depths:
+                await self._fill(view, Need(ramps=decided.ramps, durations=decided.durations,
+                                            depths=decided.depths))
         plan = decided
         compares: list[Compare] = []
         extra: list[Op] = []
@@ -604,10 +648,23 @@ class Engine(EngineReads):
                         "with a different DAG, input, labels, priority or deadline"
                     )
                 return SubmitResult(existing_id, created=False)
+            if ask is not None:
+                # The task id is taken, or the ramp the claim read changed (an outage
+                # began or ended): a plain submit tells which, and stores the task in
+                # the second case.
+                return await self._submit(
+                    dag, input, None, idempotency_key=idempotency_key, labels=labels,
+                    priority=priority, deadline_seconds=deadline_seconds, task_id=task_id,
+                    submitted_by=submitted_by)
             raise Conflict(f"task id {task_id!r} already exists")
         self._dags[dag.hash] = dag
         await self._after_commit(view, plan)
-        return SubmitResult(task_id, created=True)
+        following: ClaimResult | None = None
+        if isinstance(plan.detail, Snapshot):
+            snap: Snapshot = plan.detail
+            following = await self._claimed(plan.task or view.task,
+                                            view.dag.node(snap.node_id), snap)
+        return SubmitResult(task_id, created=True, next=following)
 
     async def claim(self, task_id: str, node_id: str, *, worker: str,
                     lease_seconds: float | None = None) -> ClaimResult:

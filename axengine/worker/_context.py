@@ -17,7 +17,7 @@ import asyncio
 import math
 import threading
 from collections.abc import Iterable, Mapping
-from typing import Any, Protocol, cast
+from typing import Any, Protocol, cast, runtime_checkable
 
 from axengine import faults
 from axengine.activity import Activity
@@ -82,6 +82,22 @@ class EngineClient(Protocol):
     async def get_run(self, task_id: str, node_id: str, *, fence: int) -> Any:
         """What the attempt holding ``fence`` runs (its claim's answer), or None when the
         fence no longer holds. Changes nothing."""
+        ...
+
+
+@runtime_checkable
+class SubmittingEngine(EngineClient, Protocol):
+    """The in-process engine as an embedded session's worker sees it: it also takes
+    submits, and can claim a new task's first node for the worker in the submit's
+    transaction (:meth:`~axengine.engine.Engine.submit_and_claim`)."""
+
+    async def submit(self, dag: Any, input: Any, **options: Any) -> Any: ...
+
+    async def submit_and_claim(self, dag: Any, input: Any, *, worker: str,
+                               lanes: Iterable[str], lease_seconds: float | None = None,
+                               **options: Any) -> Any:
+        """Submit and claim one readied entry node in one of ``lanes`` for ``worker``
+        (a ``SubmitResult``; its ``next`` is the claim, or None)."""
         ...
 
 

@@ -31,7 +31,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from axengine.activity import Activity
 from axengine.clock import SYSTEM, Clock, wait_event
@@ -45,7 +45,7 @@ from axengine.queue import (
     WorkItem,
     WorkQueue,
 )
-from axengine.worker._context import EngineClient, RunContext
+from axengine.worker._context import EngineClient, RunContext, SubmittingEngine
 from axengine.worker._runner import THREAD, Runner
 from axengine.worker._worker import Worker
 from executors.contract import Handler, NodeRequest, Unavailable
@@ -188,6 +188,18 @@ class _Tracking:
         if following is not None:
             self._claimed(following)
         return done
+
+    async def submit(self, dag: Any, input: Any, **options: Any) -> Any:
+        return await cast(SubmittingEngine, self.inner).submit(dag, input, **options)
+
+    async def submit_and_claim(self, dag: Any, input: Any, *, worker: str,
+                               lanes: Iterable[str], lease_seconds: float | None = None,
+                               **options: Any) -> Any:
+        result = await cast(SubmittingEngine, self.inner).submit_and_claim(
+            dag, input, worker=worker, lanes=lanes, lease_seconds=lease_seconds, **options)
+        if result.next is not None:
+            self._claimed(result.next)
+        return result
 
     async def _completing(self, task_id: str, node_id: str, fence: int, outcome: Any,
                           call: Awaitable[Any]) -> Any:
@@ -401,6 +413,14 @@ class Executor:
             except QueueError as exc:
                 log.debug("looking for dead workers failed: %s", exc)
             await wait_event(self.clock, stop, REAP_INTERVAL)
+
+    async def submit(self, dag: Any, input: Any, **options: Any) -> Any:
+        """Submit through the in-process engine (an embedded session): the serving
+        worker may claim the task's first node in the submit's transaction and run it
+        at once (:meth:`Worker.submit`). Returns the ``SubmitResult``."""
+        if self.worker is None:
+            return await self._tracking.submit(dag, input, **options)
+        return await self.worker.submit(dag, input, **options)
 
     async def run(self, stop: asyncio.Event, *, hurry: asyncio.Event | None = None
                   ) -> ShutdownReport:

@@ -30,7 +30,7 @@ from axengine.queue import (
     WorkItem,
     WorkQueue,
 )
-from axengine.worker._context import EngineClient, RunContext
+from axengine.worker._context import EngineClient, RunContext, SubmittingEngine
 from axengine.worker._runner import (
     THREAD,
     Reported,
@@ -179,6 +179,8 @@ class Worker:
         self.runners.update(runners or {})
         self.runner = runner
         self._active: set[asyncio.Task[None]] = set()
+        #: The slots of :meth:`run` while it serves (a submit's claim takes a free one).
+        self._slots: asyncio.Semaphore | None = None
         #: Set while :meth:`run` serves (None: not serving — :meth:`process` called alone
         #: commits each node plainly and claims nothing more).
         self._stop: asyncio.Event | None = None
@@ -201,7 +203,7 @@ class Worker:
         """
         await self.queue.recover(self.worker_id)
         self._stop = stop
-        slots = asyncio.Semaphore(self.concurrency)
+        slots = self._slots = asyncio.Semaphore(self.concurrency)
         # A queue that can end a waiting pop (the in-process one) is told to at the stop,
         # so stopping takes no poll timeout; a Redis pop is never cut short.
         wake = getattr(self.queue, "wake", None)
@@ -237,16 +239,16 @@ class Worker:
                     continue
                 if item.lane == FAST_LANE:
                     self._fast_in_flight += 1
-                task = asyncio.create_task(self._guarded(item, slots))
-                self._active.add(task)
-                task.add_done_callback(self._active.discard)
+                self._start_slot(item, item.lane, slots)
         finally:
             if waker is not None:
                 waker.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await waker
-            if self._active:
+            # (A submit may still hand a claimed node to a slot while these finish.)
+            while self._active:
                 await asyncio.gather(*self._active, return_exceptions=True)
+            self._slots = None
             for each in self.runners.values():
                 await each.close()
 
@@ -255,18 +257,77 @@ class Worker:
         await stop.wait()
         await wake(self.worker_id)
 
-    async def _guarded(self, item: WorkItem, slots: asyncio.Semaphore) -> None:
-        """Serve one slot: ``item``, then each item the slot took from the queue while
-        completing the one before (see :meth:`_attempt`), until none was taken."""
-        lane = item.lane
-        current: WorkItem | None = item
+    async def submit(self, dag: Any, input: Any, **options: Any) -> Any:
+        """Submit a task through the in-process engine (``options`` as for
+        :meth:`~axengine.engine.Engine.submit`; returns its ``SubmitResult``).
+
+        While this worker serves with a slot free and nothing queued for it (a slot
+        waits in a pop on every lane), the submit claims the task's first node for a
+        free slot in its own transaction (:meth:`~axengine.engine.Engine.submit_and_claim`)
+        and the slot runs it at once: the first node costs no claim transaction and no
+        queue round trip, as a chain's next node costs none (:meth:`_complete`).
+        Otherwise it is a plain submit and the first node goes through the queue.
+
+        Raises:
+            TypeError: The worker's engine is not the in-process one.
+        """
+        engine = self.engine
+        if not isinstance(engine, SubmittingEngine):
+            raise TypeError(f"Worker.submit needs the in-process engine, not {engine!r}")
+        slots = self._slots
+        if slots is None or slots.locked() or not self._polling or not self._serving():
+            return await engine.submit(dag, input, **options)
+        await slots.acquire()  # (free: it does not wait)
+        lanes = (self._capped_lanes if self._capped_lanes is not None
+                 and self._fast_in_flight >= self.fast_slots else self.lanes)
         try:
-            faults.point("after-pop")  # (an item taken later passed it when taken)
+            result = await engine.submit_and_claim(dag, input, worker=self.worker_id,
+                                                   lanes=lanes,
+                                                   lease_seconds=self.lease_seconds,
+                                                   **options)
+        except BaseException:
+            slots.release()
+            raise
+        claim: ClaimResult | None = result.next
+        if claim is None or claim.request is None:
+            slots.release()
+            return result
+        lane = str(claim.request.config.get("lane", DEFAULT_LANE))
+        if lane == FAST_LANE:
+            self._fast_in_flight += 1
+        self._start_slot(claim, lane, slots)
+        return result
+
+    def _start_slot(self, first: WorkItem | ClaimResult, lane: str,
+                    slots: asyncio.Semaphore) -> None:
+        task = asyncio.create_task(self._guarded(first, lane, slots))
+        self._active.add(task)
+        task.add_done_callback(self._active.discard)
+
+    async def _guarded(self, first: WorkItem | ClaimResult, lane: str,
+                       slots: asyncio.Semaphore) -> None:
+        """Serve one slot: ``first`` (a popped item, or a node a submit claimed for the
+        slot in ``lane``), then each item the slot took from the queue while completing
+        the one before (see :meth:`_attempt`), until none was taken."""
+        current: WorkItem | ClaimResult | None = first
+        try:
+            if isinstance(first, WorkItem):
+                faults.point("after-pop")  # (an item taken later passed it when taken)
             while current is not None:
+                if isinstance(current, ClaimResult):
+                    try:
+                        _, current = await self._run_claimed(current, lane)
+                    except Exception:
+                        # Claimed, not queued: its lease lapses and the reconciler
+                        # offers it again, as after a crash.
+                        log.exception("worker %s: running a claimed node failed",
+                                      self.worker_id)
+                        break
+                    continue
                 if current.lane != lane:
                     self._switch_lane(lane, current.lane)
                     lane = current.lane
-                if not self._serving() and current is not item:
+                if not self._serving() and current is not first:
                     # Taken for the next turn, but the worker stops: it goes back.
                     await self.queue.requeue(self.worker_id, current)
                     break
@@ -314,15 +375,23 @@ class Worker:
             else:
                 await self.queue.ack(self.worker_id, item)
             return claim.result, None
-        answer, following, taken = await self._attempt(claim, item.lane)
-        await self.queue.ack(self.worker_id, item)
-        faults.point("after-ack")
+        return await self._run_claimed(claim, item.lane, item)
+
+    async def _run_claimed(self, claim: ClaimResult, lane: str, item: WorkItem | None = None
+                           ) -> tuple[str, WorkItem | None]:
+        """Run a claimed node (``item``: the queue item it came from, acked once it ran)
+        and each node its completion claims for the slot: what happened, and the queue
+        item the slot took to run next, if any."""
+        answer, following, taken = await self._attempt(claim, lane)
+        if item is not None:
+            await self.queue.ack(self.worker_id, item)
+            faults.point("after-ack")
         # A node the completion claimed for this slot runs here: a successor it readied
         # (no queue item), or the queue item the slot took next (acked once claimed).
         # Were this process to die, its lease would lapse and the reconciler would offer
         # it again, as for any claimed node.
         while following is not None:
-            answer, following, taken = await self._attempt(following, item.lane)
+            answer, following, taken = await self._attempt(following, lane)
         return answer, taken
 
     async def _attempt(self, claim: ClaimResult, lane: str
