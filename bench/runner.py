@@ -61,18 +61,18 @@ class Sizes:
     reconciler_finished: tuple[int, ...] = (10, 10_000)
     reconciler_unfinished: int = 5
     reconciler_passes: int = 21
-    #: ax on etcd + Redis, engine in process. The default lane waits up to the Redis
-    #: poll interval per node, so its sequential counts are small.
-    etcd_chain_default: int = 100
+    #: ax on etcd + Redis, engine in process. A waiting pop wakes for an item in any
+    #: lane (the queue's wake-up list), so both lanes run the same counts.
+    etcd_chain_default: int = 1000
     etcd_chain_fast: int = 1000
-    etcd_fin_seq_default: int = 20
+    etcd_fin_seq_default: int = 200
     etcd_fin_seq_fast: int = 200
     etcd_fin_conc: int = 500
     etcd_fanout: int = 300
     #: Through ax api + 2 ax executor processes.
-    api_chain_default: int = 50
+    api_chain_default: int = 300
     api_chain_fast: int = 300
-    api_fin_seq_default: int = 10
+    api_fin_seq_default: int = 100
     api_fin_seq_fast: int = 100
     api_fin_conc: int = 300
     api_fanout: int = 200
