@@ -174,20 +174,27 @@ class EffectRecord:
     updated_at: float = 0.0
 
 
-def encode_snapshot(s: Snapshot) -> bytes:
+def encode_snapshot(s: Snapshot, *, input_json: str = "", output_json: str = "") -> bytes:
     """Serialize a node snapshot as an ``ax.v1.TaskSnapshot``.
+
+    Args:
+        s: The snapshot.
+        input_json: The canonical JSON text of ``s.input`` when the caller made it
+            already (:func:`axengine.limits.canonical_json`; "": make it here).
+        output_json: The same for ``s.output``.
 
     Raises:
         TypeError: The input, output or decision is not JSON.
         ValueError: A float in them is not finite, or an integer is out of range.
     """
-    data: bytes = snapshot_message(s).SerializeToString()
+    data: bytes = snapshot_message(s, input_json=input_json,
+                                   output_json=output_json).SerializeToString()
     return data
 
 
-def snapshot_message(s: Snapshot) -> Any:
+def snapshot_message(s: Snapshot, *, input_json: str = "", output_json: str = "") -> Any:
     """The ``ax.v1.TaskSnapshot`` message of a node snapshot (see :func:`encode_snapshot`
-    for the errors)."""
+    for the arguments and the errors)."""
     inp = s.input
     msg = _TaskSnapshotPb(
         task_id=s.task_id,
@@ -195,7 +202,7 @@ def snapshot_message(s: Snapshot) -> Any:
         status=_LEGACY_STATUS[s.state],
         retry_count=max(s.attempt - 1, 0),
         input_params=_input_params(inp) if isinstance(inp, Mapping) else None,
-        output_json=_json_or_empty(s.output),
+        output_json=output_json or _json_or_empty(s.output),
         next_hops=[_NextHopPb(target_node_id=h.target_node_id, is_taken=h.is_taken)
                    for h in s.next_hops],
         state=_NODE_STATE_TO_PB[s.state],
@@ -211,7 +218,7 @@ def snapshot_message(s: Snapshot) -> Any:
         stall_verdict=s.stall_verdict,
         stall_progress_at=s.stall_progress_at,
         stall_extended_until=s.stall_extended_until,
-        input_json=_json_or_empty(inp),
+        input_json=input_json or _json_or_empty(inp),
         input_ref=_blob_to_pb(s.input_ref),
         input_revision=s.input_revision,
         output_ref=_blob_to_pb(s.output_ref),

@@ -155,6 +155,18 @@ def test_snapshot_round_trip_is_exact(snapshot: Snapshot) -> None:
 
 
 @settings(deadline=None)
+@given(SNAPSHOTS)
+def test_a_snapshot_encoded_with_its_json_texts_given_is_the_same_bytes(
+        snapshot: Snapshot) -> None:
+    # The engine passes the canonical JSON it made to measure the input and output.
+    given_texts = encode_snapshot(
+        snapshot,
+        input_json="" if snapshot.input is None else canonical_json(snapshot.input),
+        output_json="" if snapshot.output is None else canonical_json(snapshot.output))
+    assert given_texts == encode_snapshot(snapshot)
+
+
+@settings(deadline=None)
 @given(SNAPSHOTS, st.sets(st.sampled_from(list(NodeState))))
 def test_a_snapshot_decodes_only_in_the_states_asked(snapshot: Snapshot,
                                                     states: set[NodeState]) -> None:

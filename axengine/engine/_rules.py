@@ -209,7 +209,10 @@ class _Builder:
         return self.plan.writes.get(node_id) or self.view.snap(node_id)
 
     def write(self, snap: Snapshot) -> None:
-        self.plan.writes[snap.node_id] = replace(snap, last_updated=self.now)
+        # A rule that made the snapshot with ``last_updated=b.now`` saves a copy here.
+        if snap.last_updated != self.now:
+            snap = replace(snap, last_updated=self.now)
+        self.plan.writes[snap.node_id] = snap
 
     def event(self, kind: str, snap: Snapshot | None = None, detail: str = "") -> None:
         self.plan.events.append(
@@ -376,9 +379,9 @@ class _Builder:
         except TemplateError as exc:  # named by render_params: input, prompt, description
             return self.failure(node, snap, str(exc), retryable=False)
         snap = replace(
-            snap, input=params, input_ref=None,
+            snap, state=NodeState.WAITING, input=params, input_ref=None,
             input_revision=sha256_json([snap.task_id, node.id, params]),
-            ready_at=self.now, not_before=0.0, error="", evidence="",
+            ready_at=self.now, not_before=0.0, error="", evidence="", last_updated=self.now,
         )
         if node.type == "human_gateway":
             snap = replace(
@@ -388,7 +391,6 @@ class _Builder:
             self.write(snap)
             self.event("paused", snap, f"waiting for a decision until {utc(snap.gate_until)}")
             return []
-        snap = replace(snap, state=NodeState.WAITING)
         self.write(snap)
         self.event("ready", snap)
         self.plan.enqueue.append((node.id, 0.0))
@@ -592,7 +594,7 @@ def _take(b: _Builder, node: Node, snap: Snapshot, *, worker: str, lease: float)
         snap, state=NodeState.RUNNING, fence=snap.fence + 1, attempt=snap.attempt + 1,
         owner=worker, lease_until=_lease_until(b.view.task, now, lease), heartbeat_at=now,
         progress_at=now, progress_marker="", started_at=now, evidence="",
-        attempt_timeout=timeout,
+        attempt_timeout=timeout, last_updated=now,
     )
     b.write(claimed)
     b.event("claimed", claimed, why)
@@ -857,7 +859,7 @@ def plan_complete(view: View, node_id: str, *, fence: int, outcome: Outcome, now
         done = replace(
             snap, state=NodeState.SUCCEEDED, output=outcome.output, output_ref=None,
             output_sha256=sha256_json(outcome.output), next_hops=hops, finished_at=now,
-            lease_until=0.0, error="", evidence="",
+            lease_until=0.0, error="", evidence="", last_updated=now,
         )
         b.write(done)
         b.event("committed", done, f"-> {_taken(hops)}")

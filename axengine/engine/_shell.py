@@ -384,19 +384,29 @@ class Engine(EngineReads):
             self._keys.snapshot(task_id, n) for n in {*view.snaps, *plan.writes}), *(
             self._keys.ramp(d) for d in {*view.ramps, *plan.ramps})])
 
-    async def _externalize(self, snap: Snapshot) -> Snapshot:
+    async def _externalize(self, snap: Snapshot) -> tuple[Snapshot, bytes]:
+        """The snapshot as stored — an input or output larger than the blob threshold
+        moved to the blob store — and its encoding (which reuses the JSON text made
+        here to measure them)."""
         threshold = self.config.blob_threshold
+        texts = {"input_json": "", "output_json": ""}
         if snap.output is not None and snap.output_ref is None:
-            data = canonical_json(snap.output).encode()
+            text = canonical_json(snap.output)
+            data = text.encode()
             if len(data) > threshold:
                 ref = await asyncio.to_thread(self._blobs.put, data)  # file I/O: off the loop
                 snap = replace(snap, output=None, output_ref=ref)
+            else:
+                texts["output_json"] = text
         if snap.input is not None and snap.input_ref is None:
-            data = canonical_json(snap.input).encode()
+            text = canonical_json(snap.input)
+            data = text.encode()
             if len(data) > threshold:
                 ref = await asyncio.to_thread(self._blobs.put, data)
                 snap = replace(snap, input=None, input_ref=ref)
-        return snap
+            else:
+                texts["input_json"] = text
+        return snap, codec.encode_snapshot(snap, **texts)
 
     def _task_writes(self, view: View, plan: rules.Plan, now: float) -> TaskRecord | None:
         """Apply category changes of the written snapshots to the task counters; return
@@ -479,8 +489,8 @@ class Engine(EngineReads):
             key = self._keys.snapshot(task_id, nid)
             compares.append(Mod(key) == view.revs.get(nid, 0))
             # The plan keeps the snapshot as stored (large payloads as blob references).
-            plan.writes[nid] = snap = await self._externalize(snap)
-            data = codec.encode_snapshot(snap)
+            snap, data = await self._externalize(snap)
+            plan.writes[nid] = snap
             ops.append(Put(key, data))
             learned.append((key, snap, len(data)))
         for event in plan.events:
@@ -959,8 +969,8 @@ class Engine(EngineReads):
         keys = self._keys
         ops: list[Op] = [Put(keys.task(task.task_id), codec.encode_task(task))]
         for snap in snaps:
-            ops.append(Put(keys.snapshot(task.task_id, snap.node_id),
-                           codec.encode_snapshot(await self._externalize(snap))))
+            _, data = await self._externalize(snap)
+            ops.append(Put(keys.snapshot(task.task_id, snap.node_id), data))
         # Listing and the reconciler find tasks through the indexes: enter it there too.
         ops.extend(index_writes(keys, None, task))
         for event in events:
