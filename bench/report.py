@@ -147,14 +147,18 @@ def _vs_sdk(sdk: _Result, peers: _Result) -> list[dict[str, Any]]:
                             detail))
     chain: Any = sdk.get("ax_reuse_chain")
     fin: Any = sdk.get("ax_reuse_financial")
+    # The peers' runs taken next to the reusable engine's, in the SDK section; a run
+    # without them (a subset of sections) uses the peer section's.
+    nearby: Any = sdk.get("peers") or {}
     for label, key, _ in _PEERS:
-        peer_chain: Any = _get(peers, key, "chain")
+        peer_chain: Any = _get(nearby, key, "chain") or _get(peers, key, "chain")
         if _ok(chain) and _ok(peer_chain):
             out.append(_chain_overhead(
                 f"reusable engine / {label}, chain of {chain.get('size')} per-node overhead "
                 "(p50)", label, chain, peer_chain))
     for label, key, _ in _PEERS:
-        peer_fin: Any = _get(peers, key, "financial_sequential")
+        peer_fin: Any = (_get(nearby, key, "financial_sequential")
+                         or _get(peers, key, "financial_sequential"))
         if _ok(fin) and _ok(peer_fin):
             a, b = fin["wall_per_node_ms"], peer_fin["wall_per_node_ms"]
             out.append(_at_most(f"reusable engine / {label}, financial wall time per node",
@@ -452,9 +456,20 @@ def _sdk_md(sdk: _Result) -> str:
                      _get(r, "node_latency", "ready_to_committed", "p50_ms") or "-",
                      r.get("open_s", _get(r, "build_compile", "p50_ms")) or "-",
                      _get(r, "process", "peak_rss_mib")])
+    nearby = []
+    for label, key, _ in _PEERS:
+        fin: Any = _get(sdk, "peers", key, "financial_sequential")
+        chain: Any = _get(sdk, "peers", key, "chain")
+        if _ok(fin) or _ok(chain):
+            nearby.append(f"{label} financial {_get(fin, 'wall_per_node_ms') or '-'} ms "
+                          f"wall/node, chain step p50 "
+                          f"{_get(chain, 'step_interval', 'p50_ms') or '-'} ms")
+    after = (" The reusable engine's targets hold it against the peers' runs taken right "
+             f"after it, in this section: {'; '.join(nearby)}." if nearby else "")
     return ("Per call: wall time (`perf_counter`) and CPU time (`time.process_time`, every "
             "thread); wall/CPU is over all timed calls. The last-but-one column is "
-            "`ax.open`'s time in seconds, or LangGraph's build + compile p50 in ms.\n\n"
+            "`ax.open`'s time in seconds, or LangGraph's build + compile p50 in ms."
+            f"{after}\n\n"
             + _table(["workload", "runs", "wall/call p50 ms", "CPU/call p50 ms", "wall/CPU",
                       "wall/node ms", "ready→committed p50 ms", "open s / build ms",
                       "peak RSS MiB"], rows))

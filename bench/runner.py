@@ -387,14 +387,21 @@ class Runner:
                 f"sdk: langgraph open + build + compile + invoke x {s.sdk_oneshot_runs} "
                 "(financial)", {"part": "peer", "mode": "oneshot", "runs": s.sdk_oneshot_runs},
                 self._run_line)
+            # The reusable engine is held against the peers' runs of the same shape
+            # taken right after it (the machine's speed drifts over a run).
+            peers = out.setdefault("peers", {})
             out["ax_reuse_financial"] = self.child(
                 f"sdk: ax.open, engine.run x {s.sdk_reuse_runs} (financial)",
                 {**base, "mode": "reuse", "shape": "financial", "runs": s.sdk_reuse_runs},
                 self._run_line)
+            if "peer" in self.sections:
+                self._peer_workloads(peers, "financial_sequential")
             out["ax_reuse_chain"] = self.child(
                 f"sdk: ax.open, engine.run x {s.sdk_reuse_chain_runs} (chain of {s.chain})",
                 {**base, "mode": "reuse", "shape": "chain", "size": s.chain,
                  "runs": s.sdk_reuse_chain_runs, "warmup": 1}, self._run_line)
+            if "peer" in self.sections:
+                self._peer_workloads(peers, "chain")
 
     def _run_reconciler(self) -> None:
         s = self.sizes

@@ -191,6 +191,12 @@ def test_sdk_and_reconciler_are_well_formed(
     assert sdk["ax_reuse_financial"]["open_s"] > 0
     if not _peer_missing(sdk["langgraph_oneshot"]):
         assert sdk["langgraph_oneshot"]["run_wall"]["n"] == sizes["sdk_oneshot_runs"]
+    # The peers' runs next to the reusable engine's, which its targets are held against.
+    for peer in ("langgraph", "dbos"):
+        for name in ("financial_sequential", "chain"):
+            r = sdk["peers"][peer][name]
+            if not _peer_missing(r):
+                assert r["nodes"] > 0 and r["wall_per_node_ms"] > 0, (peer, name)
 
     rec = results["reconciler"]
     assert "error" not in rec["sqlite"], rec["sqlite"]
