@@ -112,6 +112,9 @@ class Reconciler:
             # before the indexes existed first (once per store, a no-op afterwards).
             await engine.ensure_indexes()
             self._indexed = True
+        # The queue is read before the store. A node made WAITING since the pass began
+        # may be on its way to the queue (a commit's enqueue follows it), so it is not
+        # taken for lost on this pass: a fan-out readied mid-pass would be queued twice.
         queued = await engine.queue.queued()
         still_waiting: dict[tuple[str, str], float] = {}
         for task in await engine.unfinished_tasks():
@@ -152,7 +155,8 @@ class Reconciler:
                         due = now >= snap.not_before
                         since = self._waiting_since.get(ident, now) if due else now
                         still_waiting[ident] = since
-                        if ident not in queued or now - since >= self.stuck_after:
+                        missing = ident not in queued and snap.last_updated < now
+                        if missing or now - since >= self.stuck_after:
                             # Duplicates are harmless: the claim admits one worker.
                             delay = max(0.0, snap.not_before - now)
                             await engine.queue.enqueue(
