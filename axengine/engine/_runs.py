@@ -83,7 +83,7 @@ def claimed(task: TaskRecord, node: Node, snap: Snapshot, params: Mapping[str, A
             already resolved; None when the node has none.
     """
     params = params or {}
-    config = {k: v for k, v in node.canonical().items() if k not in _NOT_CONFIG}
+    config = _config(node)
     if "prompt" in params:
         config["prompt"] = params["prompt"]
     request = NodeRequest(
@@ -107,3 +107,14 @@ def claimed(task: TaskRecord, node: Node, snap: Snapshot, params: Mapping[str, A
     return ClaimResult("claimed", request=request, timeout=timeout,
                        lease_until=snap.lease_until, submitted_by=task.submitted_by,
                        dag_hash=task.dag_hash, timeout_grace=grace, timeout_cap=cap)
+
+
+def _config(node: Node) -> dict[str, Any]:
+    """The node's fields its handler runs on: its canonical form without the engine's
+    fields, worked out once per node (a node is frozen; :attr:`Node.targets` is kept
+    the same way) and copied for each claim."""
+    config: dict[str, Any] | None = node.__dict__.get("_config")
+    if config is None:
+        config = {k: v for k, v in node.canonical().items() if k not in _NOT_CONFIG}
+        object.__setattr__(node, "_config", config)
+    return dict(config)
