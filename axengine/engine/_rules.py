@@ -344,7 +344,8 @@ class _Builder:
                     if ts.state is not NodeState.PENDING:
                         continue
                     ts = replace(ts, preds_left=max(ts.preds_left - 1, 0),
-                                 reached=ts.reached or hops.get(target, False))
+                                 reached=ts.reached or hops.get(target, False),
+                                 last_updated=self.now)
                     self.write(ts)
                     if ts.preds_left == 0:
                         work.append((False, target))
