@@ -7,6 +7,7 @@ Nothing here knows about ax; every part reports plain JSON-able dicts built with
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 import resource
@@ -91,3 +92,14 @@ class Progress:
     def __call__(self, message: str) -> None:
         if not self.quiet:
             print(f"[{self.elapsed:7.1f}s] {message}", file=sys.stderr, flush=True)
+
+
+def chain_steps(stamps: Sequence[tuple[str, float]]) -> list[float]:
+    """Intervals between consecutive node starts of a peer's chain runs (``(name, time)``
+    stamps in order, one run after another): a stamp of ``n0`` starts a new run, so
+    the gap between two runs is not a step."""
+    steps: list[float] = []
+    for (_, a), (name, b) in itertools.pairwise(stamps):
+        if name != "n0":
+            steps.append(b - a)
+    return steps

@@ -28,7 +28,6 @@ is the interval between consecutive step starts, as for LangGraph.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import shutil
 import sqlite3
 import tempfile
@@ -40,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import shapes
-from bench.common import cpu_seconds, rate, summary
+from bench.common import chain_steps, cpu_seconds, rate, summary
 
 __all__ = ["run"]
 
@@ -154,11 +153,6 @@ def _call(workflows: _Workflows, kind: str, size: int, i: int) -> Any:
     raise ValueError(f"unknown shape {kind!r}")
 
 
-def _chain_steps(stamps: Stamps) -> list[float]:
-    times = [t for _, t in stamps]
-    return [b - a for a, b in itertools.pairwise(times)]
-
-
 def run(spec: dict[str, Any]) -> dict[str, Any]:
     """Run one DBOS workload: ``shape``, ``size``, ``tasks``, ``inflight``.
 
@@ -246,6 +240,6 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
         "recorded_steps": steps,
         "sys_db_txns": txns, "sys_db_txns_per_node": round(txns / nodes, 3),
         "task_wall": summary(task_walls),
-        "step_interval": summary(_chain_steps(stamps) if kind == "chain" else []),
+        "step_interval": summary(chain_steps(stamps) if kind == "chain" else []),
         "db_bytes": db_bytes,
     }

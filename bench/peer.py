@@ -18,7 +18,6 @@ saver on the same file, builds, compiles and invokes the graph, and closes the s
 
 from __future__ import annotations
 
-import itertools
 import operator
 import secrets
 import shutil
@@ -31,7 +30,7 @@ from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
 from bench import shapes
-from bench.common import cpu_seconds, rate, summary
+from bench.common import chain_steps, cpu_seconds, rate, summary
 
 __all__ = ["run"]
 
@@ -170,12 +169,6 @@ def _saver(path: Path) -> tuple[Any, sqlite3.Connection]:
     return saver, conn
 
 
-def _chain_steps(stamps: Stamps) -> list[float]:
-    """Intervals between consecutive node starts (one chain run's stamps, in order)."""
-    times = [t for _, t in stamps]
-    return [b - a for a, b in itertools.pairwise(times)]
-
-
 def _build(kind: str, size: int, stamps: Stamps) -> Any:
     if kind == "chain":
         return _chain_graph(size, stamps)
@@ -288,7 +281,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
             raise RuntimeError(f"LangGraph ran {len(stamps)} nodes, expected "
                                f"{nodes_per_task * tasks}")
         nodes = nodes_per_task * tasks
-        steps = _chain_steps(stamps) if kind == "chain" else []
+        steps = chain_steps(stamps) if kind == "chain" else []
         db_bytes = sum(p.stat().st_size for p in home.iterdir())
     finally:
         conn.close()

@@ -469,17 +469,23 @@ class Runner:
                     chain[str(n)] = reuse
                     self.progress(f"scaling: chain of {n}: reusing the embedded chain run")
                 else:
-                    chain[str(n)] = self._ax(f"scaling: embedded chain of {n}",
-                                             shape="chain", size=n, latency_tasks=1)
+                    # A chain shorter than the main one runs as many times as it takes to
+                    # make the main chain's count of nodes, one task after another (ten
+                    # samples of a DAG's first run would be mostly its warm-up).
+                    tasks = max(1, s.chain // n)
+                    chain[str(n)] = self._ax(f"scaling: embedded chain of {n} x {tasks}",
+                                             shape="chain", size=n, tasks=tasks,
+                                             latency_tasks=tasks)
                 if n > s.chain:
                     continue
+                tasks = max(1, s.chain // n)
                 for peer, part in (("langgraph", "peer"), ("dbos", "dbos")):
                     reuse = (self.results.get("peer", {}).get(peer, {}).get("chain")
                              if n == s.chain else None)
                     peers[peer][str(n)] = reuse if reuse and "error" not in reuse else \
-                        self.child(f"scaling: {peer} chain of {n}",
-                                   {"part": part, "shape": "chain", "size": n, "tasks": 1,
-                                    "inflight": 1}, self._peer_line)
+                        self.child(f"scaling: {peer} chain of {n} x {tasks}",
+                                   {"part": part, "shape": "chain", "size": n,
+                                    "tasks": tasks, "inflight": 1}, self._peer_line)
             conc: dict[str, Any] = out.setdefault("concurrency", {})
             for c in s.scale_concurrency:
                 conc[str(c)] = self._ax(
