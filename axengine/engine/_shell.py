@@ -124,7 +124,7 @@ class _Txn:
 @dataclass(frozen=True)
 class SubmitResult:
     """A submit's answer: the task, whether this call created it, and the node the
-    submit claimed for the calling worker (:meth:`Engine.submit_and_claim`), if any."""
+    submit claimed for the calling worker (``claim_for`` of :meth:`Engine.submit`), if any."""
 
     task_id: str
     created: bool
@@ -550,44 +550,27 @@ class Engine(EngineReads):
         deadline_seconds: float | None = None,
         task_id: str | None = None,
         submitted_by: str = LOCAL_PRINCIPAL,
+        claim_for: str = "",
+        claim_lanes: Iterable[str] = (),
+        lease_seconds: float | None = None,
     ) -> SubmitResult:
         """Create a task and ready its entry nodes in one transaction.
 
         The same ``idempotency_key`` with the same payload returns the same task; with
         another payload it raises :class:`Conflict`.
+
+        ``claim_for``: a worker that has a slot free (an embedded session's, through
+        :meth:`~axengine.worker.Worker.submit`). The same transaction then also claims
+        for it, with a lease of ``lease_seconds``, the first entry node the submit
+        readies in one of ``claim_lanes`` — lanes where nothing waits, so the claim
+        overtakes no queued work — as :meth:`complete_and_claim` claims a successor:
+        the worker runs it without a queue round trip, and a task's first node costs no
+        transaction of its own. ``SubmitResult.next`` is that claim, or None when no
+        node could be claimed at once (it went to the queue) or the task existed.
         """
-        return await self._submit(dag, input, None, idempotency_key=idempotency_key,
-                                  labels=labels, priority=priority,
-                                  deadline_seconds=deadline_seconds, task_id=task_id,
-                                  submitted_by=submitted_by)
-
-    async def submit_and_claim(self, dag: Dag, input: Any, *, worker: str,
-                               lanes: Iterable[str], lease_seconds: float | None = None,
-                               **options: Any) -> SubmitResult:
-        """Submit (``options`` as for :meth:`submit`) and, in the same transaction,
-        claim for ``worker`` the first entry node the submit readies in one of
-        ``lanes``, as :meth:`complete_and_claim` claims a successor: the worker runs it
-        without a queue round trip, and a task's first node costs no transaction of its
-        own. The caller names only lanes where nothing waits (the claim must not
-        overtake queued work). ``next`` is the claim, or None when no node could be
-        claimed at once (it went to the queue) or the task existed already."""
-        ask = rules.NextClaim(worker=worker, lease=lease_seconds or self.config.lease_seconds,
-                              lanes=frozenset(lanes))
-        return await self._submit(dag, input, ask, **options)
-
-    async def _submit(
-        self,
-        dag: Dag,
-        input: Any,
-        ask: rules.NextClaim | None,
-        *,
-        idempotency_key: str = "",
-        labels: Mapping[str, str] | None = None,
-        priority: int = 0,
-        deadline_seconds: float | None = None,
-        task_id: str | None = None,
-        submitted_by: str = LOCAL_PRINCIPAL,
-    ) -> SubmitResult:
+        ask = (rules.NextClaim(worker=claim_for, lanes=frozenset(claim_lanes),
+                               lease=lease_seconds or self.config.lease_seconds)
+               if claim_for else None)
         labels = dict(labels or {})
         # Checked before anything is stored: the input must read back on every path
         # (standard JSON, bounded depth and size), and the largest transition of the DAG
@@ -623,7 +606,7 @@ class Engine(EngineReads):
         while isinstance(decided := self._decide(view, lambda v: rules.plan_submit(
                 v, now=now, ids=self._ids(), claim_next=ask)), Need):
             # A map at an entry asks for its items, which a new task has not; the claim
-            # of an entry node (submit_and_claim), for its dependency's ramp or its run
+            # of an entry node (claim_for), for its dependency's ramp or its run
             # durations or a lane's depth (an adaptive timeout), which are read.
             for nid in decided.nodes:
                 view.absent(nid)
@@ -662,8 +645,8 @@ class Engine(EngineReads):
                 # The task id is taken, or the ramp the claim read changed (an outage
                 # began or ended): a plain submit tells which, and stores the task in
                 # the second case.
-                return await self._submit(
-                    dag, input, None, idempotency_key=idempotency_key, labels=labels,
+                return await self.submit(
+                    dag, input, idempotency_key=idempotency_key, labels=labels,
                     priority=priority, deadline_seconds=deadline_seconds, task_id=task_id,
                     submitted_by=submitted_by)
             raise Conflict(f"task id {task_id!r} already exists")

@@ -88,16 +88,12 @@ class EngineClient(Protocol):
 @runtime_checkable
 class SubmittingEngine(EngineClient, Protocol):
     """The in-process engine as an embedded session's worker sees it: it also takes
-    submits, and can claim a new task's first node for the worker in the submit's
-    transaction (:meth:`~axengine.engine.Engine.submit_and_claim`)."""
+    submits, which may claim a new task's first node for the worker in the submit's
+    transaction (``claim_for`` of :meth:`~axengine.engine.Engine.submit`)."""
 
-    async def submit(self, dag: Any, input: Any, **options: Any) -> Any: ...
-
-    async def submit_and_claim(self, dag: Any, input: Any, *, worker: str,
-                               lanes: Iterable[str], lease_seconds: float | None = None,
-                               **options: Any) -> Any:
-        """Submit and claim one readied entry node in one of ``lanes`` for ``worker``
-        (a ``SubmitResult``; its ``next`` is the claim, or None)."""
+    async def submit(self, dag: Any, input: Any, **options: Any) -> Any:
+        """Submit (a ``SubmitResult``; with ``claim_for``, its ``next`` is the claim of
+        a readied entry node for that worker, or None)."""
         ...
 
 

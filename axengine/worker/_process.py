@@ -190,14 +190,8 @@ class _Tracking:
         return done
 
     async def submit(self, dag: Any, input: Any, **options: Any) -> Any:
-        return await cast(SubmittingEngine, self.inner).submit(dag, input, **options)
-
-    async def submit_and_claim(self, dag: Any, input: Any, *, worker: str,
-                               lanes: Iterable[str], lease_seconds: float | None = None,
-                               **options: Any) -> Any:
-        result = await cast(SubmittingEngine, self.inner).submit_and_claim(
-            dag, input, worker=worker, lanes=lanes, lease_seconds=lease_seconds, **options)
-        if result.next is not None:
+        result = await cast(SubmittingEngine, self.inner).submit(dag, input, **options)
+        if result.next is not None:  # (claim_for: the submit claimed a node for us)
             self._claimed(result.next)
         return result
 

@@ -263,7 +263,7 @@ class Worker:
 
         While this worker serves with a slot free and nothing queued for it (a slot
         waits in a pop on every lane), the submit claims the task's first node for a
-        free slot in its own transaction (:meth:`~axengine.engine.Engine.submit_and_claim`)
+        free slot in its own transaction (``claim_for`` of :meth:`~axengine.engine.Engine.submit`)
         and the slot runs it at once: the first node costs no claim transaction and no
         queue round trip, as a chain's next node costs none (:meth:`_complete`).
         Otherwise it is a plain submit and the first node goes through the queue.
@@ -281,10 +281,9 @@ class Worker:
         lanes = (self._capped_lanes if self._capped_lanes is not None
                  and self._fast_in_flight >= self.fast_slots else self.lanes)
         try:
-            result = await engine.submit_and_claim(dag, input, worker=self.worker_id,
-                                                   lanes=lanes,
-                                                   lease_seconds=self.lease_seconds,
-                                                   **options)
+            result = await engine.submit(dag, input, claim_for=self.worker_id,
+                                         claim_lanes=lanes, lease_seconds=self.lease_seconds,
+                                         **options)
         except BaseException:
             slots.release()
             raise

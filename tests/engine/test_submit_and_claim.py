@@ -1,4 +1,4 @@
-"""The merged transaction "submit + claim the first node" (``Engine.submit_and_claim``).
+"""The merged transaction "submit + claim the first node" (``Engine.submit`` with ``claim_for``).
 
 An embedded session's worker with a slot free and nothing queued claims a new task's
 first node in the submit's own transaction (``Worker.submit``), as a completion claims
@@ -35,8 +35,8 @@ def test_a_submit_claims_the_first_node_in_its_own_transaction(
     async def main() -> None:
         engine = make_engine()
         revision = await engine._store.revision()
-        sub = await engine.submit_and_claim(chain("default", "default"), {"k": 1},
-                                            worker="w1", lanes=["default"])
+        sub = await engine.submit(chain("default", "default"), {"k": 1},
+                                  claim_for="w1", claim_lanes=["default"])
         assert sub.created
         assert await engine._store.revision() == revision + 1  # one transaction
         assert sub.next is not None and sub.next.request is not None
@@ -55,8 +55,8 @@ def test_an_entry_node_in_another_lane_goes_through_the_queue(
         make_engine: Callable[..., Engine]) -> None:
     async def main() -> None:
         engine = make_engine()
-        sub = await engine.submit_and_claim(chain("fast", "default"), {}, worker="w1",
-                                            lanes=["default"])
+        sub = await engine.submit(chain("fast", "default"), {}, claim_for="w1",
+                                  claim_lanes=["default"])
         assert sub.created and sub.next is None
         assert [(i.node_id, i.lane) for i in await _drain(engine.queue)  # type: ignore[arg-type]
                 ] == [("n0", "fast")]
@@ -71,16 +71,16 @@ def test_a_resubmit_or_a_taken_task_id_claims_nothing(
     async def main() -> None:
         engine = make_engine()
         dag = chain("default")
-        first = await engine.submit_and_claim(dag, {}, worker="w1", lanes=["default"],
-                                              idempotency_key="once")
+        first = await engine.submit(dag, {}, claim_for="w1", claim_lanes=["default"],
+                                    idempotency_key="once")
         assert first.next is not None
-        again = await engine.submit_and_claim(dag, {}, worker="w2", lanes=["default"],
-                                              idempotency_key="once")
+        again = await engine.submit(dag, {}, claim_for="w2", claim_lanes=["default"],
+                                    idempotency_key="once")
         assert (again.task_id, again.created, again.next) == (first.task_id, False, None)
         revision = await engine._store.revision()
         with pytest.raises(Conflict, match="already exists"):
-            await engine.submit_and_claim(dag, {}, worker="w2", lanes=["default"],
-                                          task_id=first.task_id)
+            await engine.submit(dag, {}, claim_for="w2", claim_lanes=["default"],
+                                task_id=first.task_id)
         assert await engine._store.revision() == revision
         n0 = (await engine.get_task(first.task_id)).snapshots["n0"]
         assert (n0.owner, n0.fence) == ("w1", 1)
@@ -94,8 +94,8 @@ def test_a_claim_made_at_submit_is_fenced_like_any_other(
     and claims nothing."""
     async def main() -> None:
         engine = make_engine(lease_seconds=10)
-        sub = await engine.submit_and_claim(chain("default", "default"), {}, worker="w1",
-                                            lanes=["default"])
+        sub = await engine.submit(chain("default", "default"), {}, claim_for="w1",
+                                  claim_lanes=["default"])
         assert sub.next is not None and sub.next.request is not None
         clock.advance(11)
         takeover = await engine.claim(sub.task_id, "n0", worker="w2")
@@ -122,11 +122,11 @@ def test_a_ramp_that_changed_since_the_cache_read_leaves_the_node_queued(
     async def main() -> None:
         engine = make_engine()
         dag = chain("default")
-        warm = await engine.submit_and_claim(dag, {}, worker="w1", lanes=["default"])
+        warm = await engine.submit(dag, {}, claim_for="w1", claim_lanes=["default"])
         assert warm.next is not None  # the cache now holds "no ramp" for tool:echo
         await engine._store.txn([], [Put(engine._keys.ramp("tool:echo"),
                                          encode_ramp(Ramp(limit=1, since=1.0)))])
-        sub = await engine.submit_and_claim(dag, {}, worker="w1", lanes=["default"])
+        sub = await engine.submit(dag, {}, claim_for="w1", claim_lanes=["default"])
         assert sub.created and sub.next is None
         assert [i.node_id for i in await _drain(engine.queue)  # type: ignore[arg-type]
                 ] == ["n0"]
