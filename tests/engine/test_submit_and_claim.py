@@ -184,3 +184,28 @@ def test_a_serving_worker_runs_the_first_node_without_the_queue(
             await store.close()
 
     run(main())
+
+
+def test_a_worker_that_does_not_serve_submits_plainly(tmp_path: Path) -> None:
+    """Not started yet, or stopped: the first node goes to the queue unclaimed."""
+    async def main() -> None:
+        store = SqliteStore(path=tmp_path / "ax.db")
+        queue = InProcessQueue()
+        engine = Engine(store=store, queue=queue, blob_dir=tmp_path / "blobs")
+        worker = Worker(engine=engine, queue=queue, handler=_echo, worker_id="w1",
+                        concurrency=4, poll_timeout=5.0)
+        subs = [await worker.submit(chain("default"), {})]
+        stop = asyncio.Event()
+        serving = asyncio.create_task(worker.run(stop))
+        while not worker._polling:
+            await asyncio.sleep(0)
+        stop.set()
+        await serving
+        subs.append(await worker.submit(chain("default"), {}))
+        assert [s.next for s in subs] == [None, None]
+        late = (await engine.get_task(subs[1].task_id)).snapshots["n0"]
+        assert (late.state, late.fence) == (NodeState.WAITING, 0)
+        assert [i.task_id for i in await _drain(queue)] == [subs[1].task_id]
+        await store.close()
+
+    run(main())
