@@ -181,6 +181,8 @@ class Worker:
         self._active: set[asyncio.Task[None]] = set()
         #: The slots of :meth:`run` while it serves (a submit's claim takes a free one).
         self._slots: asyncio.Semaphore | None = None
+        #: Submits claiming a node for a slot, until the slot has started (:meth:`submit`).
+        self._claiming: set[asyncio.Future[None]] = set()
         #: Set while :meth:`run` serves (None: not serving — :meth:`process` called alone
         #: commits each node plainly and claims nothing more).
         self._stop: asyncio.Event | None = None
@@ -246,8 +248,9 @@ class Worker:
                 with contextlib.suppress(asyncio.CancelledError):
                     await waker
             # (A submit may still hand a claimed node to a slot while these finish.)
-            while self._active:
-                await asyncio.gather(*self._active, return_exceptions=True)
+            while self._active or self._claiming:
+                await asyncio.gather(*self._active, *self._claiming,
+                                     return_exceptions=True)
             self._slots = None
             for each in self.runners.values():
                 await each.close()
@@ -280,22 +283,31 @@ class Worker:
         await slots.acquire()  # (free: it does not wait)
         lanes = (self._capped_lanes if self._capped_lanes is not None
                  and self._fast_in_flight >= self.fast_slots else self.lanes)
+        # Until its slot has started, the submit is counted in flight: a stop that
+        # comes meanwhile waits for the node it claims as for any running slot.
+        claiming: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._claiming.add(claiming)
         try:
-            result = await engine.submit(dag, input, claim_for=self.worker_id,
-                                         claim_lanes=lanes, lease_seconds=self.lease_seconds,
-                                         **options)
-        except BaseException:
-            slots.release()
-            raise
-        claim: ClaimResult | None = result.next
-        if claim is None or claim.request is None:
-            slots.release()
+            try:
+                result = await engine.submit(dag, input, claim_for=self.worker_id,
+                                             claim_lanes=lanes,
+                                             lease_seconds=self.lease_seconds, **options)
+            except BaseException:
+                slots.release()
+                raise
+            claim: ClaimResult | None = result.next
+            if claim is None or claim.request is None:
+                slots.release()
+                return result
+            lane = str(claim.request.config.get("lane", DEFAULT_LANE))
+            if lane == FAST_LANE:
+                self._fast_in_flight += 1
+            self._start_slot(claim, lane, slots)
             return result
-        lane = str(claim.request.config.get("lane", DEFAULT_LANE))
-        if lane == FAST_LANE:
-            self._fast_in_flight += 1
-        self._start_slot(claim, lane, slots)
-        return result
+        finally:
+            self._claiming.discard(claiming)
+            if not claiming.done():  # (a cancelled stop may have cancelled it)
+                claiming.set_result(None)
 
     def _start_slot(self, first: WorkItem | ClaimResult, lane: str,
                     slots: asyncio.Semaphore) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -206,6 +207,45 @@ def test_a_worker_that_does_not_serve_submits_plainly(tmp_path: Path) -> None:
         late = (await engine.get_task(subs[1].task_id)).snapshots["n0"]
         assert (late.state, late.fence) == (NodeState.WAITING, 0)
         assert [i.task_id for i in await _drain(queue)] == [subs[1].task_id]
+        await store.close()
+
+    run(main())
+
+
+def test_a_stop_during_a_claiming_submit_waits_for_the_node_it_claimed(
+        tmp_path: Path) -> None:
+    """The stop comes while the submit's transaction is in flight: the worker's run does
+    not end before the slot it hands the claimed node to has run it."""
+    async def main() -> None:
+        store = SqliteStore(path=tmp_path / "ax.db")
+        queue = InProcessQueue()
+        engine = Engine(store=store, queue=queue, blob_dir=tmp_path / "blobs")
+        worker = Worker(engine=engine, queue=queue, handler=_echo, worker_id="w1",
+                        concurrency=4, poll_timeout=5.0)
+        stop = asyncio.Event()
+        real_submit = engine.submit
+        serving: asyncio.Task[None]
+
+        async def submit_then_stop(*args: Any, **kwargs: Any) -> Any:
+            result = await real_submit(*args, **kwargs)
+            stop.set()
+            # Give the stopping run every chance to end (it has nothing else to wait
+            # for): only the submit in flight may hold it.
+            for _ in range(200):
+                if serving.done():
+                    break
+                await asyncio.sleep(0)
+            return result
+
+        engine.submit = submit_then_stop  # type: ignore[method-assign]
+        serving = asyncio.create_task(worker.run(stop))
+        while not worker._polling:
+            await asyncio.sleep(0)
+        sub = await worker.submit(chain("default"), {})
+        assert sub.next is not None
+        await serving
+        n0 = (await engine.get_task(sub.task_id)).snapshots["n0"]
+        assert (n0.state, n0.fence) == (NodeState.SUCCEEDED, 1)
         await store.close()
 
     run(main())
