@@ -652,12 +652,7 @@ class Engine(EngineReads):
             raise Conflict(f"task id {task_id!r} already exists")
         self._dags[dag.hash] = dag
         await self._after_commit(view, plan)
-        following: ClaimResult | None = None
-        if isinstance(plan.detail, Snapshot):
-            snap: Snapshot = plan.detail
-            following = await self._claimed(plan.task or view.task,
-                                            view.dag.node(snap.node_id), snap)
-        return SubmitResult(task_id, created=True, next=following)
+        return SubmitResult(task_id, created=True, next=await self._claim_made(view, plan))
 
     async def claim(self, task_id: str, node_id: str, *, worker: str,
                     lease_seconds: float | None = None) -> ClaimResult:
@@ -695,6 +690,14 @@ class Engine(EngineReads):
         if not rules.holds(snap, fence, self.clock()):
             return None
         return await self._claimed(task, node, snap)
+
+    async def _claim_made(self, view: View, plan: rules.Plan) -> ClaimResult | None:
+        """The claim a committed plan made alongside its transition (``_claim_next``:
+        its ``detail`` is the claimed snapshot), or None."""
+        if not isinstance(plan.detail, Snapshot):
+            return None
+        snap: Snapshot = plan.detail
+        return await self._claimed(plan.task or view.task, view.dag.node(snap.node_id), snap)
 
     async def _claimed(self, task: TaskRecord, node: Node, snap: Snapshot) -> ClaimResult:
         params = snap.input
@@ -770,12 +773,8 @@ class Engine(EngineReads):
             v, node_id, fence=fence, outcome=outcome, now=self.clock(), ids=self._ids(),
             config=self.config.rules, claim_next=ask), preload=(node_id,),
             prefetch=_completion_reads(node_id, ask.node_id if ask is not None else ""))
-        following: ClaimResult | None = None
-        if isinstance(plan.detail, Snapshot):
-            snap: Snapshot = plan.detail
-            task = plan.task or view.task
-            following = await self._claimed(task, view.dag.node(snap.node_id), snap)
-        return Completed(plan.result, plan.writes.get(node_id), following)
+        return Completed(plan.result, plan.writes.get(node_id),
+                         await self._claim_made(view, plan))
 
     async def _complete_claiming(self, task_id: str, node_id: str, fence: int,
                                  outcome: Outcome, other: str, claim_node: str,

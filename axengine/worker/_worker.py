@@ -281,8 +281,7 @@ class Worker:
         if slots is None or slots.locked() or not self._polling or not self._serving():
             return await engine.submit(dag, input, **options)
         await slots.acquire()  # (free: it does not wait)
-        lanes = (self._capped_lanes if self._capped_lanes is not None
-                 and self._fast_in_flight >= self.fast_slots else self.lanes)
+        lanes = self._lanes_open(self._fast_in_flight)
         # Until its slot has started, the submit is counted in flight: a stop that
         # comes meanwhile waits for the node it claims as for any running slot.
         claiming: asyncio.Future[None] = asyncio.get_running_loop().create_future()
@@ -439,6 +438,13 @@ class Worker:
     def _serving(self) -> bool:
         return self._stop is not None and not self._stop.is_set()
 
+    def _lanes_open(self, fast_in_flight: int) -> Sequence[str]:
+        """The lanes a free slot may take work from with ``fast_in_flight`` fast slots
+        busy: every lane, or the others once the fast lane holds its share."""
+        if self._capped_lanes is not None and fast_in_flight >= self.fast_slots:
+            return self._capped_lanes
+        return self.lanes
+
     async def _take_next(self, lane: str) -> WorkItem | None:
         """Pop, without waiting, the item this slot would take once the node it runs in
         ``lane`` completes — from the lanes the serving loop would pop then (the fast
@@ -447,9 +453,7 @@ class Worker:
         the queue would cost a round trip per node that finds nothing)."""
         if self._polling:
             return None
-        fast = self._fast_in_flight - (lane == FAST_LANE)
-        lanes = (self._capped_lanes if self._capped_lanes is not None
-                 and fast >= self.fast_slots else self.lanes)
+        lanes = self._lanes_open(self._fast_in_flight - (lane == FAST_LANE))
         try:
             taken = await self.queue.pop(self.worker_id, lanes=lanes, timeout=0,
                                          aging=self.aging_seconds)
