@@ -141,6 +141,23 @@ def _echo(request: NodeRequest, ctx: NodeContext) -> Outcome:
     return Success(request.input)
 
 
+def _parts(tmp_path: Path, concurrency: int = 4
+           ) -> tuple[SqliteStore, InProcessQueue, Engine, Worker]:
+    """A store, queue, engine and a worker ``w1`` (not started) on them."""
+    store = SqliteStore(path=tmp_path / "ax.db")
+    queue = InProcessQueue()
+    engine = Engine(store=store, queue=queue, blob_dir=tmp_path / "blobs")
+    worker = Worker(engine=engine, queue=queue, handler=_echo, worker_id="w1",
+                    concurrency=concurrency, poll_timeout=5.0)
+    return store, queue, engine, worker
+
+
+async def _until_polling(worker: Worker) -> None:
+    """Until the started worker's loop waits in a pop: a slot is free, nothing queued."""
+    while not worker._polling:
+        await asyncio.sleep(0)
+
+
 @pytest.mark.parametrize(("concurrency", "merged"), [(4, True), (1, False)])
 def test_a_serving_worker_runs_the_first_node_without_the_queue(
         tmp_path: Path, concurrency: int, merged: bool) -> None:
@@ -148,11 +165,7 @@ def test_a_serving_worker_runs_the_first_node_without_the_queue(
     waiting in a pop, four write transactions (submit + claim n0, then one per
     completion); with a single slot (it waits in the pop), the plain five."""
     async def main() -> None:
-        store = SqliteStore(path=tmp_path / "ax.db")
-        queue = InProcessQueue()
-        engine = Engine(store=store, queue=queue, blob_dir=tmp_path / "blobs")
-        worker = Worker(engine=engine, queue=queue, handler=_echo, worker_id="w1",
-                        concurrency=concurrency, poll_timeout=5.0)
+        store, _, engine, worker = _parts(tmp_path, concurrency)
         finished: asyncio.Future[str] = asyncio.get_running_loop().create_future()
 
         def on_commit(task: object, events: object) -> None:
@@ -164,8 +177,7 @@ def test_a_serving_worker_runs_the_first_node_without_the_queue(
         stop = asyncio.Event()
         serving = asyncio.create_task(worker.run(stop))
         try:
-            while not worker._polling:  # the loop waits in a pop: a slot is free
-                await asyncio.sleep(0)
+            await _until_polling(worker)
             dag: Dag = load_dag_mapping(
                 {"name": "c3", "nodes": {
                     "a": {"type": "tool_call", "tool": "echo", "input": "1", "next": "b"},
@@ -190,16 +202,11 @@ def test_a_serving_worker_runs_the_first_node_without_the_queue(
 def test_a_worker_that_does_not_serve_submits_plainly(tmp_path: Path) -> None:
     """Not started yet, or stopped: the first node goes to the queue unclaimed."""
     async def main() -> None:
-        store = SqliteStore(path=tmp_path / "ax.db")
-        queue = InProcessQueue()
-        engine = Engine(store=store, queue=queue, blob_dir=tmp_path / "blobs")
-        worker = Worker(engine=engine, queue=queue, handler=_echo, worker_id="w1",
-                        concurrency=4, poll_timeout=5.0)
+        store, queue, engine, worker = _parts(tmp_path)
         subs = [await worker.submit(chain("default"), {})]
         stop = asyncio.Event()
         serving = asyncio.create_task(worker.run(stop))
-        while not worker._polling:
-            await asyncio.sleep(0)
+        await _until_polling(worker)
         stop.set()
         await serving
         subs.append(await worker.submit(chain("default"), {}))
@@ -217,11 +224,7 @@ def test_a_stop_during_a_claiming_submit_waits_for_the_node_it_claimed(
     """The stop comes while the submit's transaction is in flight: the worker's run does
     not end before the slot it hands the claimed node to has run it."""
     async def main() -> None:
-        store = SqliteStore(path=tmp_path / "ax.db")
-        queue = InProcessQueue()
-        engine = Engine(store=store, queue=queue, blob_dir=tmp_path / "blobs")
-        worker = Worker(engine=engine, queue=queue, handler=_echo, worker_id="w1",
-                        concurrency=4, poll_timeout=5.0)
+        store, _, engine, worker = _parts(tmp_path)
         stop = asyncio.Event()
         real_submit = engine.submit
         serving: asyncio.Task[None]
@@ -239,8 +242,7 @@ def test_a_stop_during_a_claiming_submit_waits_for_the_node_it_claimed(
 
         engine.submit = submit_then_stop  # type: ignore[method-assign]
         serving = asyncio.create_task(worker.run(stop))
-        while not worker._polling:
-            await asyncio.sleep(0)
+        await _until_polling(worker)
         sub = await worker.submit(chain("default"), {})
         assert sub.next is not None
         await serving
