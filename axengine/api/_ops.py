@@ -14,6 +14,7 @@ import base64
 import contextlib
 import hashlib
 import re
+from collections import OrderedDict
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -21,7 +22,7 @@ from typing import Any
 from axengine import codec, limits
 from axengine.api._auth import Principal
 from axengine.api._parsing import off_loop
-from axengine.api._quotas import UNLIMITED, Quotas, check_active, check_submit
+from axengine.api._quotas import UNLIMITED, Quotas, active_refusal, check_submit
 from axengine.dag import Dag, load_dag_mapping, load_dag_text
 from axengine.engine import (
     Engine,
@@ -99,6 +100,31 @@ def _from_mapping(mapping: Mapping[str, Any], file: str) -> Dag:
     return load_dag_mapping(data, file=file)
 
 
+#: Inline DAGs loaded lately, by the digest of their canonical JSON: a client submits the
+#: same mapping again and again, and loading validates every node and template.
+_LOADED: OrderedDict[str, Dag] = OrderedDict()
+_LOADED_MAX = 256
+
+
+async def _load_mapping(mapping: Mapping[str, Any], file: str) -> Dag:
+    """:func:`_from_mapping`, off the loop, or the DAG an equal mapping loaded before
+    (DAGs are immutable; a mapping that failed to load is not remembered)."""
+    try:
+        text = codec.canonical_json(dict(mapping))
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"dag: not a JSON document: {exc}") from exc
+    key = hashlib.sha256(f"{file}\0{text}".encode()).hexdigest()
+    dag = _LOADED.get(key)
+    if dag is not None:
+        _LOADED.move_to_end(key)
+        return dag
+    dag = await off_loop(_from_mapping, mapping, file)
+    _LOADED[key] = dag
+    if len(_LOADED) > _LOADED_MAX:
+        _LOADED.popitem(last=False)
+    return dag
+
+
 async def load_request_dag(engine: Engine, *, mapping: Mapping[str, Any] | None = None,
                            yaml_text: str | None = None, dag_hash: str | None = None,
                            file: str = REQUEST_FILE) -> Dag:
@@ -116,7 +142,7 @@ async def load_request_dag(engine: Engine, *, mapping: Mapping[str, Any] | None 
                          + (f" (got {', '.join(given)})" if given else ""))
     # Parsing and validation are CPU work proportional to the document: off the loop.
     if mapping is not None:
-        return await off_loop(_from_mapping, mapping, file)
+        return await _load_mapping(mapping, file)
     if yaml_text is not None:
         return await off_loop(load_dag_text, yaml_text, file=file)
     assert dag_hash is not None
@@ -184,21 +210,25 @@ async def submit_task(engine: Engine, dag: Dag, task_input: Any, *, idempotency_
     if not -(2**31) <= priority < 2**31:
         raise InputError(f"priority {priority} is out of range (32-bit integer)")
     check_submit(dag, principal, quotas, priority=priority, deadline_seconds=deadline_seconds)
-    repeat = False
-    if idempotency_key:
-        known = await engine.task_for_idempotency_key(principal.name, idempotency_key)
-        if known is not None:
-            existing = await require_task(engine, known)
-            if existing.dag_hash != dag.hash:
-                raise Conflict(f"idempotency key {idempotency_key!r} was used for task "
-                               f"{existing.task_id} with another DAG ({existing.dag_name})")
-            repeat = True
-    if not repeat:
-        # An idempotent repeat creates nothing: it must not count against the quota.
-        await check_active(engine, principal, quotas)
+    # The key and the active count are independent reads: one round trip for both.
+    known, refusal = await asyncio.gather(
+        _task_for_key(engine, principal, idempotency_key),
+        active_refusal(engine, principal, quotas))
+    if known is not None:
+        existing = await require_task(engine, known)
+        if existing.dag_hash != dag.hash:
+            raise Conflict(f"idempotency key {idempotency_key!r} was used for task "
+                           f"{existing.task_id} with another DAG ({existing.dag_name})")
+    elif refusal is not None:
+        # An idempotent repeat creates nothing: only a new task counts against the quota.
+        raise refusal
     return await engine.submit(dag, task_input, idempotency_key=idempotency_key,
                                labels=dict(labels), priority=priority,
                                deadline_seconds=deadline_seconds, submitted_by=principal.name)
+
+
+async def _task_for_key(engine: Engine, principal: Principal, key: str) -> str | None:
+    return await engine.task_for_idempotency_key(principal.name, key) if key else None
 
 
 Selector = tuple[tuple[str, str, str | None], ...]

@@ -5,7 +5,7 @@ A submitter is untrusted (DESIGN §4). Without bounds one of them can hold every
 slot for ever (``timeout: 1e15``), jump every queue (``lane: fast``, ``priority:
 2147483647``) or flood the store with unfinished tasks. :class:`Quotas` holds the
 deployment's bounds (``ax api``/``ax server`` flags); :func:`check_dag` and
-:func:`check_submit` are pure, and :func:`check_active` counts the principal's
+:func:`check_submit` are pure, and :func:`active_refusal` counts the principal's
 unfinished tasks from the active-by-principal index (never by scanning tasks).
 
 The active-task count is read before the submit transaction, not compared inside it:
@@ -31,7 +31,7 @@ __all__ = [
     "DEFAULT_MAX_NODE_TIMEOUT",
     "UNLIMITED",
     "Quotas",
-    "check_active",
+    "active_refusal",
     "check_dag",
     "check_submit",
 ]
@@ -113,18 +113,18 @@ def check_submit(dag: Dag, principal: Principal, quotas: Quotas, *, priority: in
                         "or admin")
 
 
-async def check_active(engine: Engine, principal: Principal, quotas: Quotas) -> None:
-    """Refuse a submit when the principal already has ``max_active_tasks`` unfinished
-    tasks (see the module docstring for the race this leaves).
-
-    Raises:
-        QuotaExceeded: With the count and the limit (HTTP 429).
-    """
+async def active_refusal(engine: Engine, principal: Principal,
+                         quotas: Quotas) -> QuotaExceeded | None:
+    """The refusal of a submit when the principal already has ``max_active_tasks``
+    unfinished tasks (HTTP 429, with the count and the limit), or None. Returned, not
+    raised: the caller reads this beside the idempotency key and drops it for a repeat
+    (see the module docstring for the race this leaves)."""
     limit = quotas.max_active_tasks
     if not limit:
-        return
+        return None
     count = await engine.count_active(principal.name, cap=limit)
-    if count >= limit:
-        raise QuotaExceeded(f"{principal.name!r} has {count} unfinished tasks; the limit "
-                            f"is {limit} (--max-active-tasks-per-principal): wait for some "
-                            "to finish")
+    if count < limit:
+        return None
+    return QuotaExceeded(f"{principal.name!r} has {count} unfinished tasks; the limit "
+                         f"is {limit} (--max-active-tasks-per-principal): wait for some "
+                         "to finish")
