@@ -31,6 +31,7 @@ from typing import Any
 from axengine.config import AxConfig
 from axengine.dag import Dag
 from axengine.local import LocalSession, RunResult, load_any_dag
+from axengine.lru import DAG_CACHE_ENTRIES, Lru
 
 __all__ = ["AsyncEmbedded", "Embedded", "aopen", "aresume", "arun", "open", "resume", "run"]
 
@@ -88,7 +89,7 @@ class AsyncEmbedded:
 
     def __init__(self, home: str | Path | None = None, *, concurrency: int = 4) -> None:
         self._session = LocalSession(_config(home), concurrency=concurrency)
-        self._dags: dict[tuple[str, int, int], Dag] = {}
+        self._dags: Lru[tuple[str, int, int], Dag] = Lru(DAG_CACHE_ENTRIES)
         self._open = False
 
     async def __aenter__(self) -> AsyncEmbedded:
@@ -117,7 +118,8 @@ class AsyncEmbedded:
         key = (os.path.abspath(path), st.st_mtime_ns, st.st_size)
         found = self._dags.get(key)
         if found is None:
-            found = self._dags[key] = load_any_dag(dag)
+            found = load_any_dag(dag)
+            self._dags.put(key, found)
         return found
 
     async def run(self, dag: DagLike, input: Any = None, *,

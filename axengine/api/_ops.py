@@ -14,7 +14,6 @@ import base64
 import contextlib
 import hashlib
 import re
-from collections import OrderedDict
 from collections.abc import AsyncGenerator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -36,6 +35,7 @@ from axengine.engine import (
 )
 from axengine.engine._reads import Approval, DagInfo
 from axengine.errors import Conflict, DagError, DagProblem, InputError, NotFound
+from axengine.lru import Lru
 from axengine.wire import dag_json, event_json, node_json, task_json
 
 __all__ = [
@@ -102,8 +102,7 @@ def _from_mapping(mapping: Mapping[str, Any], file: str) -> Dag:
 
 #: Inline DAGs loaded lately, by the digest of their canonical JSON: a client submits the
 #: same mapping again and again, and loading validates every node and template.
-_LOADED: OrderedDict[str, Dag] = OrderedDict()
-_LOADED_MAX = 256
+_LOADED: Lru[str, Dag] = Lru(256)
 
 
 async def _load_mapping(mapping: Mapping[str, Any], file: str) -> Dag:
@@ -115,13 +114,9 @@ async def _load_mapping(mapping: Mapping[str, Any], file: str) -> Dag:
         raise InputError(f"dag: not a JSON document: {exc}") from exc
     key = hashlib.sha256(f"{file}\0{text}".encode()).hexdigest()
     dag = _LOADED.get(key)
-    if dag is not None:
-        _LOADED.move_to_end(key)
-        return dag
-    dag = await off_loop(_from_mapping, mapping, file)
-    _LOADED[key] = dag
-    if len(_LOADED) > _LOADED_MAX:
-        _LOADED.popitem(last=False)
+    if dag is None:
+        dag = await off_loop(_from_mapping, mapping, file)
+        _LOADED.put(key, dag)
     return dag
 
 

@@ -37,6 +37,7 @@ import httpx
 from axengine import wire
 from axengine.client._inline import inline_subdags
 from axengine.errors import ApiUnavailable, AxError, InputError
+from axengine.lru import DAG_CACHE_ENTRIES, Lru
 from axengine.records import NO_EDITS, Event, TaskRecord, TaskStatus
 from axengine.wire import RunResult
 
@@ -359,7 +360,8 @@ class Core:
         self.headers = {"Accept": "application/json"}
         if token:
             self.headers["Authorization"] = f"Bearer {token}"
-        self._dags: dict[str, Dag] = {}
+        #: DAGs read by hash (immutable), bounded: an executor serves many submitters.
+        self._dags: Lru[str, Dag] = Lru(DAG_CACHE_ENTRIES)
 
     def call(self, method: str, path: str, *, body: Any = None,
              params: Mapping[str, Any] | None = None, idempotent: bool,
@@ -459,10 +461,12 @@ class Core:
 
         task = wire.task_nodes_from_json((yield from self.get(task_id)))
         dag_hash = task.task.dag_hash
-        if dag_hash not in self._dags:
+        dag = self._dags.get(dag_hash)
+        if dag is None:
             data = yield from self.call("GET", f"/v1/dags/{dag_hash}", idempotent=True)
-            self._dags[dag_hash] = Dag.from_canonical(wire.dag_from_json(data).dag)
-        return TaskView(task=task.task, dag=self._dags[dag_hash], snapshots=task.snapshots,
+            dag = Dag.from_canonical(wire.dag_from_json(data).dag)
+            self._dags.put(dag_hash, dag)
+        return TaskView(task=task.task, dag=dag, snapshots=task.snapshots,
                         revision=0)
 
     def watch(self, task_id: str, *, after_seq: int = 0,

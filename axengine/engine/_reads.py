@@ -26,6 +26,7 @@ from axengine.engine._index import choose_index, decode_cursor, encode_cursor, i
 from axengine.errors import NotFound
 from axengine.keys import INDEX_VERSION, StoreKeys
 from axengine.limits import parse_json_text
+from axengine.lru import Lru
 from axengine.records import BlobRef, Event, NodeState, Snapshot, TaskRecord, TaskStatus
 from axengine.store import Get, KeyValue, Mod, Op, Put, StateStore
 
@@ -131,7 +132,7 @@ class EngineReads:
     _store: StateStore
     _keys: StoreKeys
     _blobs: BlobStore
-    _dags: dict[str, Dag]
+    _dags: Lru[str, Dag]
     clock: Callable[[], float]
 
     # ------------------------------------------------------------------ the store
@@ -181,7 +182,7 @@ class EngineReads:
             if kv is None:
                 raise NotFound(f"DAG {dag_hash} is not stored")
             dag = Dag.from_canonical(json.loads(kv.value))
-            self._dags[dag_hash] = dag
+            self._dags.put(dag_hash, dag)
         return dag
 
     async def _task_kv(self, task_id: str) -> KeyValue:

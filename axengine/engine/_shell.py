@@ -49,6 +49,7 @@ from axengine.engine._view import Need, View
 from axengine.errors import Conflict, NotFound, StoreError
 from axengine.keys import StoreKeys
 from axengine.limits import MAX_CHECKPOINT_BYTES, canonical_json, check_json_value
+from axengine.lru import DAG_CACHE_ENTRIES, Lru
 from axengine.owners import LOCAL_PRINCIPAL
 from axengine.queue import WorkItem, WorkQueue
 from axengine.records import NO_EDITS, Event, Snapshot, TaskRecord, TaskStatus, replace
@@ -165,7 +166,9 @@ class Engine(EngineReads):
         self.queue = queue
         self.config = config or EngineConfig()
         self.clock = clock
-        self._dags: dict[str, Dag] = {}
+        #: DAGs stored or read lately, by content hash; bounded, since submitters may
+        #: send any number of distinct DAGs (a DAG that falls out is read again).
+        self._dags: Lru[str, Dag] = Lru(DAG_CACHE_ENTRIES)
         self._listeners: list[Listener] = []
         self._cache = RecordCache()
         #: Transitions of one task take turns in this engine (see :meth:`_apply`).
@@ -184,7 +187,7 @@ class Engine(EngineReads):
         if dag.hash not in self._dags:
             key = self._keys.dag(dag.hash)
             await self._store.txn([Version(key) == 0], [Put(key, dag.storage_json())], [])
-            self._dags[dag.hash] = dag
+            self._dags.put(dag.hash, dag)
         return dag.hash
 
     async def _view(self, task_id: str, *, use_cache: bool) -> View:
@@ -650,7 +653,7 @@ class Engine(EngineReads):
                     priority=priority, deadline_seconds=deadline_seconds, task_id=task_id,
                     submitted_by=submitted_by)
             raise Conflict(f"task id {task_id!r} already exists")
-        self._dags[dag.hash] = dag
+        self._dags.put(dag.hash, dag)
         await self._after_commit(view, plan)
         return SubmitResult(task_id, created=True, next=await self._claim_made(view, plan))
 
