@@ -65,6 +65,10 @@ class StoreKeys:
     def events(self, task_id: str) -> str:
         return f"{self.prefix}/events/{task_id}/"
 
+    def all_events(self) -> str:
+        """Every task's events (``all_events() + task_id + "/" + event_id``)."""
+        return f"{self.prefix}/events/"
+
     def idempotency(self, principal: str, key: str) -> str:
         """An idempotency key is scoped to the principal that submitted with it, so one
         client can neither squat nor probe another's keys."""

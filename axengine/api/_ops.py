@@ -365,116 +365,87 @@ async def follow_event_batches(engine: Engine, task_id: str, *, after_seq: int =
                                keepalive: float = 15.0, max_seconds: float = 3600.0,
                                ) -> AsyncGenerator[list[Event] | WatchEnd | None, None]:
     """Events of a task as they commit, in batches: first those with ``seq >
-    after_seq``, then live ones from store watches (a batch: all that arrived by the
-    time the stream looked, e.g. the events of one transaction), until the task is final
-    (:class:`WatchEnd`), ``stopping`` is set or ``max_seconds`` pass. ``None`` is
-    yielded after ``keepalive`` seconds of silence so the caller can probe its
-    connection.
+    after_seq``, then live ones from the engine's shared events feed (a batch: all that
+    arrived by the time the stream looked, e.g. the events of one transaction), until
+    the task is final (:class:`WatchEnd`), ``stopping`` is set or ``max_seconds`` pass.
+    ``None`` is yielded after ``keepalive`` seconds of silence so the caller can probe
+    its connection.
 
-    Live events come from two watches, because etcd serves a watch that starts at a
-    past revision from its history only on its next history sync, up to 100 ms later
-    (and then in one burst). A *history* watch from the revision the replay was read at
-    misses nothing, but it is such a late watch whenever anything committed in between
-    (any task's commit moves the revision). A *live* watch from now on is served at once
-    but starts at a revision nobody is told: its first event triggers one more read of
-    the task's events, which holds everything up to that event, so events committed
-    between the replay and the live watch's start are not lost; from then on the live
-    watch alone is complete and the history watch is dropped. Until then the history
-    watch covers a task that commits nothing after the live watch starts (ended or
-    paused in between). The cursor drops what a second source repeats.
+    The feed (:meth:`~axengine.engine.Engine.subscribe_events`) holds every event
+    committed after the revision it started at, so the replay is read after subscribing
+    and nothing committed in between is lost; the cursor drops what both hold.
 
     ``timeline``: the task's :meth:`~axengine.engine.Engine.timeline` (its record and
     events, read together), when the caller has read it already (to answer "not found"
-    before a stream starts); otherwise it is read here.
+    before a stream starts); otherwise it is read here. When it was read before the
+    feed started, the events are read again.
 
     Raises:
         NotFound: The task does not exist (before anything is yielded).
     """
-    # The record and the replay are read at one revision; the history watch starts
-    # right after it.
-    timeline = timeline or await engine.timeline(task_id)
-    task, start = timeline.task, timeline.revision
-    cursor = _Cursor(after_seq)
-    status = ""  # as the last status change in the replay left it
-    replayed: list[Event] = []
-    for event in timeline.events:
-        if cursor.take(event):
-            replayed.append(event)
-        if event.kind.startswith(STATUS_EVENT_PREFIX):
-            status = event.state
-    if replayed:
-        yield replayed
-    # (No status event: a task stored without its events, e.g. by a seed-era tool.)
-    if TaskStatus(status or task.status).final:
-        yield WatchEnd(task_id, status or task.status.value)
-        return
-    # (from the live watch?, an event or the failure that ended a watch)
-    inbox: asyncio.Queue[tuple[bool, Event | BaseException]] = asyncio.Queue()
-
-    async def pump(live: bool) -> None:
+    async with engine.subscribe_events(task_id) as feed:
+        timeline = timeline or await engine.timeline(task_id)
+        events = timeline.events
+        if timeline.revision < feed.since:
+            events = await engine.events(task_id)
+        cursor = _Cursor(after_seq)
+        status = ""  # as the last status change in the replay left it
+        replayed: list[Event] = []
+        for event in events:
+            if cursor.take(event):
+                replayed.append(event)
+            if event.kind.startswith(STATUS_EVENT_PREFIX):
+                status = event.state
+        if replayed:
+            yield replayed
+        # (No status event: a task stored without its events, e.g. by a seed-era tool.)
+        if TaskStatus(status or timeline.task.status).final:
+            yield WatchEnd(task_id, status or timeline.task.status.value)
+            return
+        loop = asyncio.get_running_loop()
+        end = loop.time() + max_seconds
+        stop = stopping or asyncio.Event()
+        stop_task = asyncio.create_task(stop.wait())
+        get_task: asyncio.Task[Event | BaseException] | None = None
         try:
-            async for event in engine.watch_events(task_id,
-                                                   start_revision=0 if live else start + 1):
-                inbox.put_nowait((live, event))
-        except Exception as exc:  # handed to the consumer, which raises it
-            inbox.put_nowait((live, exc))
-
-    loop = asyncio.get_running_loop()
-    end = loop.time() + max_seconds
-    stop = stopping or asyncio.Event()
-    history_task: asyncio.Task[None] | None = asyncio.create_task(pump(False))
-    live_task = asyncio.create_task(pump(True))
-    stop_task = asyncio.create_task(stop.wait())
-    get_task: asyncio.Task[tuple[bool, Event | BaseException]] | None = None
-    try:
-        while not stop.is_set():
-            remaining = end - loop.time()
-            if remaining <= 0:
-                return
-            if get_task is None:
-                get_task = asyncio.create_task(inbox.get())
-            done, _ = await asyncio.wait({get_task, stop_task},
-                                         timeout=min(keepalive, remaining),
-                                         return_when=asyncio.FIRST_COMPLETED)
-            if get_task not in done:
-                if not done and end - loop.time() > 0:
-                    yield None
-                continue
-            arrived = [get_task.result()]
-            get_task = None
-            while not inbox.empty():  # the rest of what came meanwhile: one batch
-                arrived.append(inbox.get_nowait())
-            out: list[Event] = []
-            for live, item in arrived:
-                if not live and history_task is None:
-                    continue  # queued before the history watch was dropped
-                if isinstance(item, BaseException):
-                    if out:
-                        yield out
-                    raise item
-                batch = [item]
-                if live and history_task is not None:
-                    history_task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await history_task
-                    history_task = None
-                    batch = await engine.events(task_id)
-                for event in batch:
-                    if not cursor.take(event):
+            while not stop.is_set():
+                remaining = end - loop.time()
+                if remaining <= 0:
+                    return
+                if get_task is None:
+                    get_task = asyncio.create_task(feed.inbox.get())
+                done, _ = await asyncio.wait({get_task, stop_task},
+                                             timeout=min(keepalive, remaining),
+                                             return_when=asyncio.FIRST_COMPLETED)
+                if get_task not in done:
+                    if not done and end - loop.time() > 0:
+                        yield None
+                    continue
+                arrived = [get_task.result()]
+                get_task = None
+                while not feed.inbox.empty():  # the rest of what came meanwhile: one batch
+                    arrived.append(feed.inbox.get_nowait())
+                out: list[Event] = []
+                for item in arrived:
+                    if isinstance(item, BaseException):
+                        if out:
+                            yield out
+                        raise item
+                    if not cursor.take(item):
                         continue
-                    out.append(event)
-                    if event.kind in FINAL_EVENT_KINDS:
+                    out.append(item)
+                    if item.kind in FINAL_EVENT_KINDS:
                         yield out
-                        yield WatchEnd(task_id, event.state)
+                        yield WatchEnd(task_id, item.state)
                         return
-            if out:
-                yield out
-    finally:
-        for pending in (history_task, live_task, stop_task, get_task):
-            if pending is not None:
-                pending.cancel()
-                with contextlib.suppress(BaseException):
-                    await pending
+                if out:
+                    yield out
+        finally:
+            for pending in (stop_task, get_task):
+                if pending is not None:
+                    pending.cancel()
+                    with contextlib.suppress(BaseException):
+                        await pending
 
 
 async def follow_events(engine: Engine, task_id: str, *, after_seq: int = 0,

@@ -511,7 +511,8 @@ class EngineReads:
         the revision it was read at: nothing is missed, nothing repeated. On etcd a
         watch that starts at a past revision is served from its history only on etcd's
         next sync, up to 100 ms later; ``start_revision=0`` (from now on) is served at
-        once — the API's ``follow_events`` runs both and reconciles them.
+        once. To follow tasks in a long-running process, prefer
+        :meth:`~axengine.engine.Engine.subscribe_events`: one watch serves them all.
 
         Raises:
             RevisionCompacted: ``start_revision`` is older than the store keeps.

@@ -40,6 +40,7 @@ from axengine.engine import _rules as rules
 from axengine.engine._budget import require_fit
 from axengine.engine._cache import RecordCache
 from axengine.engine._expand import parent_of
+from axengine.engine._hub import EventHub, Subscription
 from axengine.engine._index import index_writes
 from axengine.engine._ramp import decode_ramp, dependency_of, encode_ramp
 from axengine.engine._reads import EngineReads, TaskView, _event_id
@@ -171,6 +172,7 @@ class Engine(EngineReads):
         self._dags: Lru[str, Dag] = Lru(DAG_CACHE_ENTRIES)
         self._listeners: list[Listener] = []
         self._cache = RecordCache()
+        self._hub = EventHub(store, self._keys.all_events())
         #: Transitions of one task take turns in this engine (see :meth:`_apply`).
         self._task_locks: dict[str, asyncio.Lock] = {}
         self._task_users: dict[str, int] = {}
@@ -181,6 +183,14 @@ class Engine(EngineReads):
         """Call ``listener(task, events)`` after every committed transition (in-process
         progress display, metrics)."""
         self._listeners.append(listener)
+
+    def subscribe_events(self, task_id: str) -> contextlib.AbstractAsyncContextManager[
+            Subscription]:
+        """Follow a task's events as they commit, until the context exits: the
+        subscription's inbox receives each event (in commit order) or the error that
+        ended the feed; it holds every event committed after ``since``, so read the
+        timeline after subscribing (see :mod:`axengine.engine._hub`)."""
+        return self._hub.subscribe(task_id)
 
     async def put_dag(self, dag: Dag) -> str:
         """Store a validated DAG under its content hash (idempotent)."""
