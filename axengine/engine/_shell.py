@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import itertools
 import json
 import os
@@ -72,6 +73,8 @@ __all__ = ["Engine", "EngineConfig", "SubmitResult", "TaskView"]
 
 #: How many times a transition is re-decided after losing a compare before giving up.
 MAX_CAS_RETRIES = 64
+#: Most transitions of one task decided and committed together (:meth:`Engine._apply_group`).
+MAX_GROUP = 32
 
 Listener = Callable[[TaskRecord, Sequence[Event]], None]
 #: An outbox rule bound to its arguments: (record, holder snapshot, now) → answer, write.
@@ -121,6 +124,73 @@ class _Txn:
         if max_ops is not None and max(len(joined.ops), len(joined.compares)) > max_ops:
             return None
         return joined
+
+
+@dataclass(eq=False)
+class _Waiting:
+    """A transition waiting for its task's turn, and the answer it gets (its plan and the
+    view it was decided on)."""
+
+    rule: Callable[[View], rules.Plan]
+    preload: tuple[str, ...]
+    prefetch: Callable[[Dag], Need] | None
+    answer: asyncio.Future[tuple[rules.Plan, View]]
+
+
+def _advance(work: View, plan: rules.Plan,
+             before: dict[str, tuple[Snapshot | None, int]],
+             task: TaskRecord | None) -> None:
+    """Make ``work`` hold what ``plan`` writes, as if committed, for the next decision of
+    a group; ``before`` keeps what the group found of each node it writes first, and
+    ``task`` is the task record the plan leaves (None: unchanged)."""
+    for nid, snap in plan.writes.items():
+        old = work.snaps.get(nid)
+        if nid not in before:
+            before[nid] = (old if work.revs.get(nid) else None, work.revs.get(nid, 0))
+        work.snaps[nid] = snap
+        # Held as stored from now on (a nonzero revision), so the counters of a later
+        # decision count it as existing; the group compares the revision it found.
+        work.revs[nid] = work.revs.get(nid) or -1
+        if old is None or old.output_ref != snap.output_ref:
+            work.outputs.pop(nid, None)
+        if old is None or old.input_ref != snap.input_ref:
+            work.inputs.pop(nid, None)
+    work.ramps.update(plan.ramps)
+    work.run_durations.update(plan.durations)
+    if task is not None:
+        work.task = task
+
+
+def _before_group(work: View, before: Mapping[str, tuple[Snapshot | None, int]],
+                  found: View) -> View:
+    """The view a group's joined plan is prepared on: the state as the group found it
+    (``found``'s task record, each written node as it was), with everything its
+    decisions loaded meanwhile."""
+    base = copy.copy(work)
+    base.snaps, base.revs = dict(work.snaps), dict(work.revs)
+    for nid, (snap, rev) in before.items():
+        base.revs[nid] = rev
+        if snap is None:
+            base.snaps.pop(nid, None)
+        else:
+            base.snaps[nid] = snap
+    base.task, base.task_rev = found.task, found.task_rev
+    return base
+
+
+def _merged(plans: Sequence[rules.Plan]) -> rules.Plan:
+    """One plan doing what ``plans`` do in order: the last write of each record wins,
+    events and queue pushes add up."""
+    merged = rules.Plan(result="group")
+    for plan in plans:
+        merged.writes.update(plan.writes)
+        merged.events.extend(plan.events)
+        merged.enqueue.extend(plan.enqueue)
+        merged.ramps.update(plan.ramps)
+        merged.durations.update(plan.durations)
+        if plan.task is not None:
+            merged.task = plan.task
+    return merged
 
 
 @dataclass(frozen=True)
@@ -176,6 +246,8 @@ class Engine(EngineReads):
         #: Transitions of one task take turns in this engine (see :meth:`_apply`).
         self._task_locks: dict[str, asyncio.Lock] = {}
         self._task_users: dict[str, int] = {}
+        #: Transitions waiting for their task's turn, in arrival order (see :meth:`_apply`).
+        self._waiting: dict[str, list[_Waiting]] = {}
 
     # ------------------------------------------------------------------ plumbing
 
@@ -215,9 +287,12 @@ class Engine(EngineReads):
 
     async def _fill(self, view: View, need: Need) -> None:
         ramps = set(need.ramps)
-        if need.nodes:
+        # (A node the view holds already keeps what it holds: a group's decision reads
+        # what the decisions before it wrote, not the store.)
+        nodes = need.nodes - view.snaps.keys()
+        if nodes:
             keys: dict[str, str] = {}
-            for nid in sorted(need.nodes):
+            for nid in sorted(nodes):
                 key = self._keys.snapshot(view.task.task_id, nid)
                 hit = self._cache.get(key) if view.use_cache else None
                 if hit is None:
@@ -227,7 +302,7 @@ class Engine(EngineReads):
                     view.cached.add(nid)
             # The ramps of these nodes' dependencies come in the same read: a claim or
             # an outcome asks for them next, and one round trip is cheaper than two.
-            deps = {d for n in need.nodes if (d := dependency_of(view.dag.node(n)))
+            deps = {d for n in nodes if (d := dependency_of(view.dag.node(n)))
                     and d not in view.ramps}
             ramp_keys = self._cached_ramps(view, deps - ramps)
             found = (await self._store.get_many([*keys, *ramp_keys]) if keys or ramp_keys
@@ -312,9 +387,110 @@ class Engine(EngineReads):
         join) at once, and all but one lose the compare, back off and decide again.
         Taking turns, each decides on what the one before it committed (from the
         cache) and commits the first time. The compares still guard every write:
-        other engines (other processes) are serialised by the store, as before."""
-        async with self._turns((task_id,)):
-            return await self._apply_once(task_id, rule, preload=preload, prefetch=prefetch)
+        other engines (other processes) are serialised by the store, as before.
+
+        Transitions that queued up for the turn while another committed are decided
+        one after another and committed together, in one transaction
+        (:meth:`_apply_group`): a fan-out's siblings cost one transaction per group,
+        not one each."""
+        entry = _Waiting(rule, tuple(preload), prefetch,
+                         asyncio.get_running_loop().create_future())
+        waiting = self._waiting.setdefault(task_id, [])
+        waiting.append(entry)
+        try:
+            async with self._turns((task_id,)):
+                if entry.answer.done():  # decided in another caller's group
+                    return entry.answer.result()
+                group = [e for e in self._waiting.pop(task_id, []) if not e.answer.done()]
+                if entry in group[MAX_GROUP:]:
+                    group.remove(entry)
+                    group.insert(0, entry)
+                if len(group) > MAX_GROUP:  # the rest take the next turn, together
+                    self._waiting.setdefault(task_id, [])[:0] = group[MAX_GROUP:]
+                    group = group[:MAX_GROUP]
+                if len(group) <= 1:
+                    return await self._apply_once(task_id, rule, preload=entry.preload,
+                                                  prefetch=prefetch)
+                try:
+                    await self._apply_group(task_id, group)
+                finally:
+                    # Left undecided (this caller was cancelled half-way): the next
+                    # caller to take the turn decides them.
+                    left = [e for e in group if e is not entry and not e.answer.done()]
+                    if left:
+                        self._waiting.setdefault(task_id, [])[:0] = left
+                return entry.answer.result()
+        finally:
+            if not entry.answer.done():
+                entry.answer.cancel()  # (cancelled while it waited: no one decides it)
+            queued = self._waiting.get(task_id)
+            if queued is not None and entry in queued:
+                queued.remove(entry)
+            if queued is not None and not queued:
+                del self._waiting[task_id]
+
+    async def _apply_group(self, task_id: str, group: Sequence[_Waiting]) -> None:
+        """Decide the transitions of ``group`` in order, each on the state the ones
+        before it leave, and commit all that write something in one transaction under
+        the compares of what they read before the group (one plan, :func:`_merged`).
+        Answers every entry. A decision that writes nothing is taken again alone (on
+        fresh reads, as :meth:`_apply_once` does); if the joined transaction does not
+        fit the store's limits or loses a compare, each is applied alone, in order."""
+        view = await self._view(task_id, use_cache=True)
+        work = copy.copy(view)
+        work.snaps, work.revs = dict(view.snaps), dict(view.revs)
+        work.outputs, work.inputs = dict(view.outputs), dict(view.inputs)
+        work.ramps, work.run_durations = dict(view.ramps), dict(view.run_durations)
+        before: dict[str, tuple[Snapshot | None, int]] = {}  # as the group found them
+        decided: list[tuple[_Waiting, rules.Plan, View]] = []
+        alone: list[_Waiting] = []
+        for entry in group:
+            if entry.answer.done():
+                continue
+            try:
+                plan = await self._decide_on(work, entry.rule, entry.preload, entry.prefetch)
+            except Exception:
+                alone.append(entry)  # decided again alone, where it raises for its caller
+                continue
+            if not plan.writes and plan.task is None and not plan.ramps:
+                alone.append(entry)
+                continue
+            decided.append((entry, plan, copy.copy(work)))
+            _advance(work, plan, before, self._task_writes(work, plan, self.clock()))
+        if len(decided) == 1:
+            alone.insert(0, decided.pop()[0])
+        if decided:
+            plans = [plan for _, plan, _ in decided]
+            merged = _merged(plans)
+            base = _before_group(work, before, view)
+            written = dict(merged.writes)
+            txn = await self._prepare(base, merged)
+            limit = self._store.max_txn_ops
+            fits = limit is None or max(len(txn.ops), len(txn.compares)) <= limit
+            if fits and (await self._write(txn)).succeeded:
+                for plan in plans:  # each caller sees its snapshots as stored
+                    for nid, snap in plan.writes.items():
+                        if written.get(nid) is snap:
+                            plan.writes[nid] = merged.writes[nid]
+                await self._after_commit(base, merged)
+                for entry, plan, seen in decided:
+                    if not entry.answer.done():
+                        entry.answer.set_result((plan, seen))
+            else:
+                self._forget(base, merged)
+                alone[:0] = [entry for entry, _, _ in decided]
+        for entry in sorted(alone, key=group.index):
+            if entry.answer.done():
+                continue
+            try:
+                answer = await self._apply_once(task_id, entry.rule, preload=entry.preload,
+                                                prefetch=entry.prefetch)
+            except Exception as exc:
+                if not entry.answer.done():
+                    entry.answer.set_exception(exc)
+            else:
+                if not entry.answer.done():
+                    entry.answer.set_result(answer)
 
     @contextlib.asynccontextmanager
     async def _turns(self, task_ids: Iterable[str]) -> AsyncIterator[None]:
@@ -373,13 +549,18 @@ class Engine(EngineReads):
         preload: Iterable[str] = (), prefetch: Callable[[Dag], Need] | None = None,
     ) -> tuple[rules.Plan, View]:
         """Decide one transition on a view of the task (see :meth:`_apply`)."""
-        preload = tuple(preload)
         view = await self._view(task_id, use_cache=use_cache)
+        return await self._decide_on(view, rule, tuple(preload), prefetch), view
+
+    async def _decide_on(self, view: View, rule: Callable[[View], rules.Plan],
+                         preload: tuple[str, ...],
+                         prefetch: Callable[[Dag], Need] | None) -> rules.Plan:
+        """Decide on ``view``, loading into it what the rule needs."""
         for nid in preload:
             # A caller naming a node the DAG does not have is a bad request, not a
             # missing snapshot in the store.
             if view.dag.get_node(nid) is None:
-                raise NotFound(f"task {task_id!r} has no node {nid!r}")
+                raise NotFound(f"task {view.task.task_id!r} has no node {nid!r}")
         if prefetch is not None:
             ahead = prefetch(view.dag)
             await self._fill(view, Need(nodes=(*preload, *ahead.nodes)))
@@ -387,7 +568,7 @@ class Engine(EngineReads):
             await self._fill(view, Need(nodes=preload))
         while isinstance(decided := self._decide(view, rule), Need):
             await self._fill(view, decided)
-        return decided, view
+        return decided
 
     def _forget(self, view: View, plan: rules.Plan) -> None:
         """Drop from the cache what a transaction that lost its compares read or meant
