@@ -32,9 +32,12 @@ def _check_engine(name: str, r: Mapping[str, Any]) -> None:
     assert r["nodes"] == r["nodes_per_task"] * r["tasks"] > 0, name
     assert r["nodes_per_s"] > 0 and r["wall_per_node_ms"] > 0, name
     assert r["node_latency"]["ready_to_committed"]["n"] > 0, name
-    # A node that runs is claimed and completed: at least one write per executed node
-    # on average even with inline condition nodes.
-    assert r["write_txns_per_node"] >= 1.0, name
+    # A node that runs is claimed and completed. In a chain that is at least one write
+    # per executed node; siblings that complete at once may share a transaction (a
+    # group commit), but every task writes at least once.
+    assert r["write_txns_per_node"] * r["nodes"] >= r["tasks"], name
+    if "chain" in name:
+        assert r["write_txns_per_node"] >= 1.0, name
     assert r["process"]["peak_rss_mib"] > 0, name
     assert isinstance(r["anomalies"], dict) and r["event_kinds"]["committed"] > 0, name
 

@@ -401,6 +401,9 @@ class Engine(EngineReads):
             async with self._turns((task_id,)):
                 if entry.answer.done():  # decided in another caller's group
                     return entry.answer.result()
+                # Let the callers that are ready to run ask for this turn too (an
+                # embedded store's commit never suspends, so none would wait for it).
+                await asyncio.sleep(0)
                 group = [e for e in self._waiting.pop(task_id, []) if not e.answer.done()]
                 if entry in group[MAX_GROUP:]:
                     group.remove(entry)
