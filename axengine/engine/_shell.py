@@ -180,11 +180,16 @@ def _before_group(work: View, before: Mapping[str, tuple[Snapshot | None, int]],
 
 def _merged(plans: Sequence[rules.Plan]) -> rules.Plan:
     """One plan doing what ``plans`` do in order: the last write of each record wins,
-    events and queue pushes add up."""
+    events and queue pushes add up. The events are numbered again, so that within the
+    transaction they sort in the order they were decided (each plan numbered its own
+    from 0, and plans decided in the same microsecond would interleave)."""
     merged = rules.Plan(result="group")
+    first = next((e.at for plan in plans for e in plan.events), 0.0)
     for plan in plans:
         merged.writes.update(plan.writes)
-        merged.events.extend(plan.events)
+        for event in plan.events:
+            merged.events.append(replace(event,
+                                         event_id=_event_id(first, len(merged.events))))
         merged.enqueue.extend(plan.enqueue)
         merged.ramps.update(plan.ramps)
         merged.durations.update(plan.durations)
@@ -401,9 +406,11 @@ class Engine(EngineReads):
             async with self._turns((task_id,)):
                 if entry.answer.done():  # decided in another caller's group
                     return entry.answer.result()
-                # Let the callers that are ready to run ask for this turn too (an
-                # embedded store's commit never suspends, so none would wait for it).
-                await asyncio.sleep(0)
+                if self._has_siblings(task_id):
+                    # Let the callers that are ready to run ask for this turn too (an
+                    # embedded store's commit never suspends, so none would wait for
+                    # it); a task running one node at a time (a chain) has none.
+                    await asyncio.sleep(0)
                 group = [e for e in self._waiting.pop(task_id, []) if not e.answer.done()]
                 if entry in group[MAX_GROUP:]:
                     group.remove(entry)
@@ -494,6 +501,12 @@ class Engine(EngineReads):
             else:
                 if not entry.answer.done():
                     entry.answer.set_result(answer)
+
+    def _has_siblings(self, task_id: str) -> bool:
+        """Whether the task, as this engine last saw it, has more than one node waiting
+        or running (whose transitions may come at once)."""
+        hit = self._cache.get(self._keys.task(task_id))
+        return hit is not None and hit[1].counts.get("ACTIVE", 0) > 1
 
     @contextlib.asynccontextmanager
     async def _turns(self, task_ids: Iterable[str]) -> AsyncIterator[None]:

@@ -256,9 +256,13 @@ def test_siblings_completing_at_once_share_transactions(tmp_path: Path) -> None:
             assert all(view.snapshots[f"n{i}"].state is NodeState.SUCCEEDED
                        for i in range(1, 9))
             assert view.snapshots["n9"].state is NodeState.WAITING  # the join, once
-            readied = [e for e in await engine.events(task)
-                       if e.kind == "ready" and e.node_id == "n9"]
+            events = await engine.events(task)
+            readied = [e for e in events if e.kind == "ready" and e.node_id == "n9"]
             assert len(readied) == 1
+            # One transaction's events keep the order their transitions were decided in.
+            committed = [e for e in events if e.kind == "committed" and e.node_id != "n0"]
+            assert len({e.seq for e in committed}) == 1
+            assert [e.node_id for e in committed] == [f"n{i}" for i in range(1, 9)]
             assert view.task.counts == {"ACTIVE": 1, "SUCCEEDED": 9}
         finally:
             await store.close()
