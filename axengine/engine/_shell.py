@@ -482,10 +482,12 @@ class Engine(EngineReads):
                     for nid, snap in plan.writes.items():
                         if written.get(nid) is snap:
                             plan.writes[nid] = merged.writes[nid]
-                await self._after_commit(base, merged)
-                for entry, plan, seen in decided:
-                    if not entry.answer.done():
-                        entry.answer.set_result((plan, seen))
+                try:
+                    await self._after_commit(base, merged)
+                finally:  # committed: each caller is told so, even if a push failed
+                    for entry, plan, seen in decided:
+                        if not entry.answer.done():
+                            entry.answer.set_result((plan, seen))
             else:
                 self._forget(base, merged)
                 alone[:0] = [entry for entry, _, _ in decided]

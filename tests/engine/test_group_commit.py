@@ -231,15 +231,21 @@ def test_a_group_commits_what_its_transitions_commit_one_by_one(
     run(_play(base, dag, batches, seed))
 
 
+async def _fanned_out(engine: Engine, width: int) -> str:
+    """A task of :func:`fan_out` whose first node committed: its siblings are waiting."""
+    task = (await engine.submit(fan_out(width), {"seed": 1})).task_id
+    first = await engine.claim(task, "n0", worker="w")
+    assert first.request is not None
+    assert await engine.complete(task, "n0", fence=first.request.fence,
+                                 outcome=Success({"v": 1, "fence": 1})) == "committed"
+    return task
+
+
 def test_siblings_completing_at_once_share_transactions(tmp_path: Path) -> None:
     async def main() -> None:
         engine, store, _ = _engine(tmp_path)
         try:
-            task = (await engine.submit(fan_out(8), {"seed": 1})).task_id
-            first = await engine.claim(task, "n0", worker="w")
-            assert first.request is not None
-            await engine.complete(task, "n0", fence=first.request.fence,
-                                  outcome=Success({"v": 1, "fence": 1}))
+            task = await _fanned_out(engine, 8)
             claims = await asyncio.gather(*(engine.claim(task, f"n{i}", worker="w")
                                             for i in range(1, 9)))
             fences = [c.request.fence for c in claims if c.request is not None]
@@ -283,11 +289,7 @@ def test_a_group_that_loses_its_compare_commits_each_transition_alone(
         other = Engine(store=store, queue=InProcessQueue(), blob_dir=tmp_path / "blobs",
                        clock=clock, config=engine.config)
         try:
-            task = (await engine.submit(fan_out(3), {"seed": 1})).task_id
-            first = await engine.claim(task, "n0", worker="w")
-            assert first.request is not None
-            await engine.complete(task, "n0", fence=first.request.fence,
-                                  outcome=Success({"v": 1, "fence": 1}))
+            task = await _fanned_out(engine, 3)
             claims = [await engine.claim(task, f"n{i}", worker="w") for i in (1, 2, 3)]
             requests = [c.request for c in claims if c.request is not None]
             # The other engine heartbeats n3 just before the group commits.
@@ -324,11 +326,7 @@ def test_a_caller_cancelled_while_it_waits_for_the_turn_commits_nothing(
     async def main() -> None:
         engine, store, _ = _engine(tmp_path)
         try:
-            task = (await engine.submit(fan_out(2), {"seed": 1})).task_id
-            first = await engine.claim(task, "n0", worker="w")
-            assert first.request is not None
-            await engine.complete(task, "n0", fence=first.request.fence,
-                                  outcome=Success({"v": 1, "fence": 1}))
+            task = await _fanned_out(engine, 2)
             a, b = [await engine.claim(task, f"n{i}", worker="w") for i in (1, 2)]
             assert a.request is not None and b.request is not None
             async with engine._turns((task,)):  # a transition holds the turn
