@@ -465,8 +465,10 @@ _WATCH_FORMAT = (
 _bearer = HTTPBearer(auto_error=False, description="a token of the tokens file")
 
 
-def _role(rule: str) -> Callable[..., Principal]:
-    def dependency(
+def _role(rule: str) -> Callable[..., Awaitable[Principal]]:
+    # A coroutine: FastAPI runs a plain function dependency in a worker thread, a hop
+    # per request for a check that only reads what the middleware set.
+    async def dependency(
         request: Request,
         _: Annotated[HTTPAuthorizationCredentials | None, Security(_bearer)] = None,
     ) -> Principal:
