@@ -84,19 +84,29 @@ _SELECTOR = re.compile(r"^\s*([A-Za-z0-9_./-]+)\s*(?:(==|=|!=)\s*([A-Za-z0-9_./:
 # ---------------------------------------------------------------------------- DAGs
 
 
-def inline_dag_name(mapping: Mapping[str, Any]) -> str:
-    """``inline-<8 hex>``: the name of an inline DAG that has none, from its content."""
-    digest = hashlib.sha256(codec.canonical_json(dict(mapping)).encode()).hexdigest()
-    return f"inline-{digest[:8]}"
+def _json_text(mapping: Mapping[str, Any]) -> str:
+    """The canonical JSON of an inline DAG mapping (an InputError if it is not JSON)."""
+    try:
+        return codec.canonical_json(dict(mapping))
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"dag: not a JSON document: {exc}") from exc
 
 
-def _from_mapping(mapping: Mapping[str, Any], file: str) -> Dag:
+def inline_dag_name(mapping: Mapping[str, Any], text: str | None = None) -> str:
+    """``inline-<8 hex>``: the name of an inline DAG that has none, from its content
+    (``text``: its canonical JSON, when already made).
+
+    Raises:
+        InputError: The mapping is not a JSON document.
+    """
+    text = _json_text(mapping) if text is None else text
+    return f"inline-{hashlib.sha256(text.encode()).hexdigest()[:8]}"
+
+
+def _from_mapping(mapping: Mapping[str, Any], file: str, text: str | None = None) -> Dag:
     data = dict(mapping)
     if "name" not in data:
-        try:
-            data["name"] = inline_dag_name(data)
-        except (TypeError, ValueError) as exc:
-            raise InputError(f"dag: not a JSON document: {exc}") from exc
+        data["name"] = inline_dag_name(data, text)
     return load_dag_mapping(data, file=file)
 
 
@@ -108,14 +118,11 @@ _LOADED: Lru[str, Dag] = Lru(256)
 async def _load_mapping(mapping: Mapping[str, Any], file: str) -> Dag:
     """:func:`_from_mapping`, off the loop, or the DAG an equal mapping loaded before
     (DAGs are immutable; a mapping that failed to load is not remembered)."""
-    try:
-        text = codec.canonical_json(dict(mapping))
-    except (TypeError, ValueError) as exc:
-        raise InputError(f"dag: not a JSON document: {exc}") from exc
+    text = _json_text(mapping)
     key = hashlib.sha256(f"{file}\0{text}".encode()).hexdigest()
     dag = _LOADED.get(key)
     if dag is None:
-        dag = await off_loop(_from_mapping, mapping, file)
+        dag = await off_loop(_from_mapping, mapping, file, text)
         _LOADED.put(key, dag)
     return dag
 
