@@ -384,16 +384,17 @@ async def follow_event_batches(engine: Engine, task_id: str, *, after_seq: int =
 
     ``timeline``: the task's :meth:`~axengine.engine.Engine.timeline` (its record and
     events, read together), when the caller has read it already (to answer "not found"
-    before a stream starts); otherwise it is read here. When it was read before the
-    feed started, the events are read again.
+    before a stream starts); otherwise it is read here. A timeline read before
+    subscribing misses what the feed handed out meanwhile, so its events are read again.
 
     Raises:
         NotFound: The task does not exist (before anything is yielded).
     """
     async with engine.subscribe_events(task_id) as feed:
-        timeline = timeline or await engine.timeline(task_id)
-        events = timeline.events
-        if timeline.revision < feed.since:
+        if timeline is None:
+            timeline = await engine.timeline(task_id)
+            events = timeline.events
+        else:
             events = await engine.events(task_id)
         cursor = _Cursor(after_seq)
         status = ""  # as the last status change in the replay left it

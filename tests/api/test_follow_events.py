@@ -1,7 +1,7 @@
 """``follow_events`` (the watch stream's source) against a fake engine whose events feed
-models the engine's shared one: it holds every event committed after the revision it
-started at (``since``), so the stream reads its replay after subscribing, or reads the
-events again when the caller's timeline is older than the feed.
+models the engine's shared one: it hands out every event committed after the revision it
+started at (``since``) to the followers of that moment, so the stream reads its replay
+after subscribing, or reads the events again when the caller read its timeline before.
 
 Each event must be sent once and in order, whether it was committed before the feed
 started, between the subscription and the replay, or after both.
@@ -55,7 +55,8 @@ class FakeEngine:
 
     @contextlib.asynccontextmanager
     async def subscribe_events(self, task_id: str) -> AsyncIterator[Subscription]:
-        feed = Subscription(self.revision_now)
+        # One shared feed, as the engine's: it started when the first follower came.
+        feed = Subscription(self.feeds[0].since if self.feeds else self.revision_now)
         self.feeds.append(feed)
         self.on_subscribe()
         try:
@@ -116,19 +117,25 @@ def test_a_timeline_read_before_the_feed_started_is_read_again() -> None:
     assert engine.event_reads == 1
 
 
-def test_a_timeline_read_after_the_feed_started_is_not_read_again() -> None:
+def test_an_event_the_running_feed_handed_out_before_the_stream_subscribed_is_sent(
+) -> None:
+    # The feed runs already (another stream follows the task). An event committed after
+    # the caller read the timeline, but handed out before this stream subscribed, is in
+    # neither: the stream reads the events again after subscribing.
     engine = FakeEngine()
 
     async def main() -> list[Any]:
-        async with engine.subscribe_events(TASK):  # the feed runs already (another follower)
+        async with engine.subscribe_events(TASK):
             timeline = await engine.timeline(TASK)
+            engine.commit("claimed")  # handed to the other stream only
             engine.on_subscribe = lambda: engine.commit("committed", "task_succeeded")
             stream = ops.follow_events(cast(Engine, engine), TASK, timeline=timeline)
             return [item async for item in stream]
 
     items = asyncio.run(asyncio.wait_for(main(), 10.0))
-    assert kinds_of(items)[-3:] == ["committed", "task_succeeded", "SUCCEEDED"]
-    assert engine.event_reads == 0
+    assert kinds_of(items) == ["submitted", "ready", "claimed", "committed",
+                               "task_succeeded", "SUCCEEDED"]
+    assert engine.event_reads == 1
 
 
 def test_a_resumed_stream_sends_nothing_up_to_after_seq() -> None:
