@@ -69,6 +69,10 @@ class StoreKeys:
         """Every task's events (``all_events() + task_id + "/" + event_id``)."""
         return f"{self.prefix}/events/"
 
+    def event_task(self, key: str) -> str:
+        """The task id of an event's key (:meth:`event`)."""
+        return key[len(self.all_events()):key.rfind("/")]
+
     def idempotency(self, principal: str, key: str) -> str:
         """An idempotency key is scoped to the principal that submitted with it, so one
         client can neither squat nor probe another's keys."""

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 
 from axengine.engine._reads import _event_with_seq
 from axengine.errors import StoreUnavailable
+from axengine.keys import StoreKeys
 from axengine.records import Event
 from axengine.store import StateStore, WatchEvent
 
@@ -58,16 +59,13 @@ class _Watch:
         self.idle: asyncio.TimerHandle | None = None
         self.ended = False
 
-    def count(self) -> int:
-        return sum(len(subs) for subs in self.followers.values())
-
 
 class EventHub:
     """The shared events watch of one store (see the module docstring)."""
 
-    def __init__(self, store: StateStore, events_prefix: str) -> None:
+    def __init__(self, store: StateStore, keys: StoreKeys) -> None:
         self._store = store
-        self._prefix = events_prefix
+        self._keys = keys
         self._watch: _Watch | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._starting = asyncio.Lock()
@@ -107,21 +105,19 @@ class EventHub:
             watch = self._watch
             if watch is None or watch.ended:
                 watch = _Watch(await self._store.revision())
-                changes = self._store.watch(self._prefix, start_revision=watch.since + 1)
+                changes = self._store.watch(self._keys.all_events(),
+                                            start_revision=watch.since + 1)
                 watch.pump = asyncio.create_task(self._pump(watch, changes))
                 self._watch = watch
             return watch
 
     async def _pump(self, watch: _Watch, changes: AsyncIterator[WatchEvent]) -> None:
-        prefix_len = len(self._prefix)
         error: BaseException = StoreUnavailable("the store closed")
         try:
             async for change in changes:
                 if change.kind != "put":
                     continue
-                key = change.kv.key
-                task_id = key[prefix_len:key.rfind("/")]
-                subs = watch.followers.get(task_id)
+                subs = watch.followers.get(self._keys.event_task(change.kv.key))
                 if subs:
                     event = _event_with_seq(change.kv)
                     for sub in subs:

@@ -137,6 +137,11 @@ class _Waiting:
     answer: asyncio.Future[tuple[rules.Plan, View]]
 
 
+def _writes_nothing(plan: rules.Plan) -> bool:
+    """Whether ``plan`` changes no record (its answer is given on fresh reads only)."""
+    return not plan.writes and plan.task is None and not plan.ramps
+
+
 def _advance(work: View, plan: rules.Plan,
              before: dict[str, tuple[Snapshot | None, int]],
              task: TaskRecord | None) -> None:
@@ -247,7 +252,7 @@ class Engine(EngineReads):
         self._dags: Lru[str, Dag] = Lru(DAG_CACHE_ENTRIES)
         self._listeners: list[Listener] = []
         self._cache = RecordCache()
-        self._hub = EventHub(store, self._keys.all_events())
+        self._hub = EventHub(store, self._keys)
         #: Transitions of one task take turns in this engine (see :meth:`_apply`).
         self._task_locks: dict[str, asyncio.Lock] = {}
         self._task_users: dict[str, int] = {}
@@ -462,7 +467,7 @@ class Engine(EngineReads):
             except Exception:
                 alone.append(entry)  # decided again alone, where it raises for its caller
                 continue
-            if not plan.writes and plan.task is None and not plan.ramps:
+            if _writes_nothing(plan):
                 alone.append(entry)
                 continue
             decided.append((entry, plan, copy.copy(work)))
@@ -546,7 +551,7 @@ class Engine(EngineReads):
             plan, view = await self._plan(task_id, rule, use_cache=use_cache,
                                           preload=preload, prefetch=prefetch)
             # (Recorded durations never come alone: they ride with a node's success.)
-            if not plan.writes and plan.task is None and not plan.ramps:
+            if _writes_nothing(plan):
                 if view.from_cache:
                     # Nothing written means nothing compared: the answer (stale, not
                     # claimable...) is only given on fresh reads.

@@ -101,33 +101,20 @@ def test_events_committed_before_and_after_the_replay_are_sent_once_in_order() -
     assert (engine.task_reads, engine.event_reads) == (1, 0)
 
 
-def test_a_timeline_read_before_the_feed_started_is_read_again() -> None:
+@pytest.mark.parametrize("feed_running", [False, True])
+def test_a_timeline_read_before_subscribing_is_read_again(feed_running: bool) -> None:
+    # An event committed after the caller read the timeline and before the stream
+    # subscribed is in neither: before the feed started (not running), or handed out
+    # only to the followers of that moment (running: another stream follows the task).
+    # The stream reads the events again after subscribing.
     engine = FakeEngine()
 
     async def main() -> list[Any]:
-        timeline = await engine.timeline(TASK)
-        engine.commit("claimed")  # after the caller's read, before the feed: not in it
-        engine.on_subscribe = lambda: engine.commit("committed", "task_succeeded")
-        stream = ops.follow_events(cast(Engine, engine), TASK, timeline=timeline)
-        return [item async for item in stream]
-
-    items = asyncio.run(asyncio.wait_for(main(), 10.0))
-    assert kinds_of(items) == ["submitted", "ready", "claimed", "committed",
-                               "task_succeeded", "SUCCEEDED"]
-    assert engine.event_reads == 1
-
-
-def test_an_event_the_running_feed_handed_out_before_the_stream_subscribed_is_sent(
-) -> None:
-    # The feed runs already (another stream follows the task). An event committed after
-    # the caller read the timeline, but handed out before this stream subscribed, is in
-    # neither: the stream reads the events again after subscribing.
-    engine = FakeEngine()
-
-    async def main() -> list[Any]:
-        async with engine.subscribe_events(TASK):
+        async with contextlib.AsyncExitStack() as other:
+            if feed_running:
+                await other.enter_async_context(engine.subscribe_events(TASK))
             timeline = await engine.timeline(TASK)
-            engine.commit("claimed")  # handed to the other stream only
+            engine.commit("claimed")
             engine.on_subscribe = lambda: engine.commit("committed", "task_succeeded")
             stream = ops.follow_events(cast(Engine, engine), TASK, timeline=timeline)
             return [item async for item in stream]

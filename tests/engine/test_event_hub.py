@@ -54,7 +54,7 @@ def _engine(spec: dict[str, Any]) -> tuple[Engine, CountingWatches]:
     engine = build(spec)
     counting = CountingWatches(engine._store)
     engine._store = counting
-    engine._hub = hub.EventHub(counting, engine._keys.all_events())
+    engine._hub = hub.EventHub(counting, engine._keys)
     return engine, counting
 
 
