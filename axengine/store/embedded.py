@@ -19,7 +19,7 @@ guarded by a lock; every method is a short synchronous critical section with no
 ``await`` inside, so concurrent asyncio tasks (or threads) cannot interleave a
 transaction.
 
-Watches read a change log (``ax_changes``) that keeps the last
+Watches read a change log (``ax_changelog``) that keeps the last
 :data:`~axengine.store.settings.DEFAULT_WATCH_RETENTION` revisions; in-process writes wake
 watchers at once, writes from other processes are seen at the next poll.
 """
@@ -74,17 +74,23 @@ _SCHEMA = (
         mod_revision INTEGER NOT NULL,
         version INTEGER NOT NULL
     ) WITHOUT ROWID""",
-    """CREATE TABLE IF NOT EXISTS ax_changes (
-        revision INTEGER NOT NULL,
-        seq INTEGER NOT NULL,
+    # The change log is appended at its end only: a rowid table keyed by
+    # (revision << 32) | seq takes an append by adding a page at its right edge, where
+    # a WITHOUT ROWID b-tree rebalances the last leaves on every commit (13.5 WAL
+    # frames per commit of a chain node against 10.1, COMMIT 0.34 ms against 0.24).
+    """CREATE TABLE IF NOT EXISTS ax_changelog (
+        id INTEGER PRIMARY KEY,
         key BLOB NOT NULL,
         kind INTEGER NOT NULL,
         value BLOB NOT NULL,
         create_revision INTEGER NOT NULL,
-        version INTEGER NOT NULL,
-        PRIMARY KEY (revision, seq)
-    ) WITHOUT ROWID""",
+        version INTEGER NOT NULL
+    )""",
 )
+
+#: Bits of a change-log id below the revision: a change's id is
+#: ``(revision << _SEQ_BITS) | seq``, ``seq`` its place in the revision's changes.
+_SEQ_BITS = 32
 
 #: Change-log rows one watch poll reads at most.
 _WATCH_BATCH = 512
@@ -96,7 +102,7 @@ _PUT, _DELETE = 0, 1
 _KV_COLUMNS = "key, value, create_revision, mod_revision, version"
 
 _Row = tuple[bytes, bytes, int, int, int]
-_ChangeRow = tuple[int, int, bytes, int, bytes, int, int]
+_ChangeRow = tuple[int, bytes, int, bytes, int, int]
 
 _OPERATORS: dict[str, Callable[[Any, Any], bool]] = {
     "==": operator.eq,
@@ -366,10 +372,24 @@ class SqliteStore:
         try:
             for statement in _SCHEMA:
                 conn.execute(statement)
+            self._migrate(conn)
             conn.execute("COMMIT")
         except BaseException:
             self._rollback()
             raise
+
+    @staticmethod
+    def _migrate(conn: sqlite3.Connection) -> None:
+        """Move the change log of a file written before 2026-12-04 (``ax_changes``,
+        keyed by ``(revision, seq)`` WITHOUT ROWID) into ``ax_changelog``, so watches
+        from a revision it kept still see it."""
+        if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' "
+                        "AND name = 'ax_changes'").fetchone() is None:
+            return
+        conn.execute(
+            "INSERT INTO ax_changelog SELECT (revision << ?) | seq, key, kind, value, "
+            "create_revision, version FROM ax_changes", (_SEQ_BITS,))
+        conn.execute("DROP TABLE ax_changes")
 
     # -- plumbing ---------------------------------------------------------------------
 
@@ -537,6 +557,7 @@ class SqliteStore:
                           | {_encode(c.key) for c in compares})
         succeeded = all(_holds(rows.get(_encode(c.key)), c) for c in compares)
         new_revision = revision + 1
+        first = new_revision << _SEQ_BITS  # the change-log id of its first change
         changes: list[_ChangeRow] = []
         puts: list[_Row] = []
         reads: list[tuple[KeyValue, ...]] = []
@@ -546,7 +567,7 @@ class SqliteStore:
                 row = rows.get(key)
                 create, version = (new_revision, 1) if row is None else (row[2], row[4] + 1)
                 puts.append((key, op.value, create, new_revision, version))
-                changes.append((new_revision, len(changes), key, _PUT, op.value, create, version))
+                changes.append((first + len(changes), key, _PUT, op.value, create, version))
                 continue
             # The puts so far are written before a delete or a read: a read inside a
             # txn sees the txn's own earlier writes, as in etcd.
@@ -564,7 +585,7 @@ class SqliteStore:
                     conn.execute("DELETE FROM ax_kv WHERE key >= ? AND key < ?", (lo, hi))
                     seq = len(changes)
                     changes.extend(
-                        (new_revision, seq + i, row[0], _DELETE, b"", 0, 0)
+                        (first + seq + i, row[0], _DELETE, b"", 0, 0)
                         for i, row in enumerate(deleted)
                     )
             else:
@@ -578,11 +599,11 @@ class SqliteStore:
         self._write(conn, puts)
         if changes:
             revision = new_revision
-            conn.executemany("INSERT INTO ax_changes VALUES (?, ?, ?, ?, ?, ?, ?)", changes)
+            conn.executemany("INSERT INTO ax_changelog VALUES (?, ?, ?, ?, ?, ?)", changes)
             retention = self.settings.watch_retention
             if revision - compact_revision >= retention + self._compact_step:
                 compact_revision = revision - retention + 1
-                conn.execute("DELETE FROM ax_changes WHERE revision < ?", (compact_revision,))
+                self._drop_changes(conn, compact_revision)
             conn.execute(
                 "UPDATE ax_meta SET revision = ?, compact_revision = ? WHERE id = 0",
                 (revision, compact_revision),
@@ -633,7 +654,7 @@ class SqliteStore:
                         f"cannot compact to revision {revision}: the store is at {current}"
                     )
                 if revision > compacted:
-                    conn.execute("DELETE FROM ax_changes WHERE revision < ?", (revision,))
+                    self._drop_changes(conn, revision)
                     conn.execute(
                         "UPDATE ax_meta SET compact_revision = ? WHERE id = 0", (revision,)
                     )
@@ -663,8 +684,9 @@ class SqliteStore:
 
     async def _watch(self, prefix: str, start_revision: int) -> AsyncIterator[WatchEvent]:
         lo, hi = _key_range(prefix)
-        # (revision, seq) of the last change delivered; everything before it is done.
-        cursor = (start_revision, -1)
+        # The change-log id of the last change delivered (or just before the first
+        # one wanted): everything up to it is done.
+        after = (start_revision << _SEQ_BITS) - 1
         event = asyncio.Event()
         wake = _waker(event)
         self._notifier.add(wake)
@@ -672,26 +694,28 @@ class SqliteStore:
             while not self._closed:
                 event.clear()
                 try:
-                    rows, current, compacted = self._poll(lo, hi, cursor)
+                    rows, current, compacted = self._poll(lo, hi, after)
                 except StoreError:
                     if self._closed:
                         return
                     raise
-                if cursor[0] < compacted:
+                needed = (after + 1) >> _SEQ_BITS
+                if needed < compacted:
                     raise RevisionCompacted(
-                        f"watch of {prefix!r} needs revision {cursor[0]}, but the SQLite "
+                        f"watch of {prefix!r} needs revision {needed}, but the SQLite "
                         f"store keeps history from revision {compacted} only; re-read the "
                         "current state and watch from its revision"
                     )
-                for revision, seq, key, kind, value, create, version in rows:
-                    cursor = (revision, seq)
-                    kv = KeyValue(key.decode("utf-8"), bytes(value), create, revision, version)
+                for change_id, key, kind, value, create, version in rows:
+                    after = change_id
+                    kv = KeyValue(key.decode("utf-8"), bytes(value), create,
+                                  change_id >> _SEQ_BITS, version)
                     yield WatchEvent("put" if kind == _PUT else "delete", kv)
                 if len(rows) == _WATCH_BATCH:
                     continue
                 # The poll saw every change up to `current`: move past it, so a later
                 # compaction of revisions without matching changes is not an error.
-                cursor = max(cursor, (current + 1, -1))
+                after = max(after, ((current + 1) << _SEQ_BITS) - 1)
                 if not self._closed:
                     with contextlib.suppress(TimeoutError):
                         async with asyncio.timeout(self.settings.poll_interval):
@@ -700,20 +724,24 @@ class SqliteStore:
             self._notifier.discard(wake)
 
     def _poll(
-        self, lo: bytes, hi: bytes, cursor: tuple[int, int]
+        self, lo: bytes, hi: bytes, after: int
     ) -> tuple[list[_ChangeRow], int, int]:
         def read(conn: sqlite3.Connection) -> tuple[list[_ChangeRow], int, int]:
             current, compacted = self._meta(conn)
             rows: list[_ChangeRow] = conn.execute(
-                "SELECT revision, seq, key, kind, value, create_revision, version "
-                "FROM ax_changes WHERE revision >= ? AND (revision > ? OR seq > ?) "
-                "AND key >= ? AND key < ? ORDER BY revision, seq LIMIT ?",
-                (cursor[0], cursor[0], cursor[1], lo, hi, _WATCH_BATCH),
+                "SELECT id, key, kind, value, create_revision, version FROM ax_changelog "
+                "WHERE id > ? AND key >= ? AND key < ? ORDER BY id LIMIT ?",
+                (after, lo, hi, _WATCH_BATCH),
             ).fetchall()
             return rows, current, compacted
 
         result: tuple[list[_ChangeRow], int, int] = self._read(read, snapshot=True)
         return result
+
+    @staticmethod
+    def _drop_changes(conn: sqlite3.Connection, revision: int) -> None:
+        """Delete the change log's history before ``revision``."""
+        conn.execute("DELETE FROM ax_changelog WHERE id < ?", (revision << _SEQ_BITS,))
 
     # -- lifecycle --------------------------------------------------------------------
 

@@ -78,6 +78,50 @@ def test_data_and_revision_survive_reopen(tmp_path: Path) -> None:
     asyncio.run(read(first, last))
 
 
+def _old_change_log_file(path: Path) -> None:
+    """A file as the store wrote it before 2026-12-04: the change log in ``ax_changes``,
+    keyed by ``(revision, seq)`` WITHOUT ROWID; revisions 2 and 3 written."""
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.executescript("""
+        CREATE TABLE ax_meta (id INTEGER PRIMARY KEY CHECK (id = 0),
+            revision INTEGER NOT NULL, compact_revision INTEGER NOT NULL);
+        INSERT INTO ax_meta VALUES (0, 3, 0);
+        CREATE TABLE ax_kv (key BLOB PRIMARY KEY, value BLOB NOT NULL,
+            create_revision INTEGER NOT NULL, mod_revision INTEGER NOT NULL,
+            version INTEGER NOT NULL) WITHOUT ROWID;
+        INSERT INTO ax_kv VALUES (x'2f61', x'33', 2, 3, 2), (x'2f62', x'32', 2, 2, 1);
+        CREATE TABLE ax_changes (revision INTEGER NOT NULL, seq INTEGER NOT NULL,
+            key BLOB NOT NULL, kind INTEGER NOT NULL, value BLOB NOT NULL,
+            create_revision INTEGER NOT NULL, version INTEGER NOT NULL,
+            PRIMARY KEY (revision, seq)) WITHOUT ROWID;
+        INSERT INTO ax_changes VALUES (2, 0, x'2f61', 0, x'31', 2, 1),
+            (2, 1, x'2f62', 0, x'32', 2, 1), (3, 0, x'2f61', 0, x'33', 2, 2);
+    """)
+    conn.close()
+
+
+def test_a_file_with_the_old_change_log_keeps_its_history(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    _old_change_log_file(path)
+
+    async def main() -> None:
+        async with SqliteStore.open(path) as store:
+            events = await _take(store.watch("/", start_revision=2), 3)
+            assert [(e.kv.key, e.kv.value, e.kv.mod_revision, e.kv.version)
+                    for e in events] == [("/a", b"1", 2, 1), ("/b", b"2", 2, 1),
+                                         ("/a", b"3", 3, 2)]
+            # New changes follow the moved ones, in order.
+            new = await store.txn([], [Put("/b", b"4")])
+            assert new.revision == 4
+            tail = await _take(store.watch("/", start_revision=3), 2)
+            assert [(e.kv.key, e.kv.mod_revision) for e in tail] == [("/a", 3), ("/b", 4)]
+
+    asyncio.run(main())
+    tables = {row[0] for row in sqlite3.connect(path).execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert "ax_changes" not in tables and "ax_changelog" in tables
+
+
 def test_sigkill_loses_no_committed_txn(tmp_path: Path) -> None:
     """Every txn whose call returned is on disk after the process is SIGKILLed."""
     path = str(tmp_path / "kill.db")
