@@ -177,18 +177,18 @@ class AxServicer(_Base):
     async def WatchTask(self, request: Any, context: Any) -> AsyncIterator[Any]:
         try:
             self.authorize(context, "read")
-            timeline = await self.engine.timeline(request.task_id)
+            stream = await ops.start_following(self.engine, request.task_id,
+                                               after_seq=request.after_seq,
+                                               stopping=self.stopping)
         except Exception as exc:
             await _abort(context, exc, False)
             return
-        stream = ops.follow_events(self.engine, request.task_id, timeline=timeline,
-                                   after_seq=request.after_seq, stopping=self.stopping)
         try:
             async for item in stream:
                 if isinstance(item, ops.WatchEnd):
                     return
-                if item is not None:
-                    yield event_pb(item)
+                for event in item or ():
+                    yield event_pb(event)
         except Exception as exc:
             await _abort(context, exc, False)
         finally:

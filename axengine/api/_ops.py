@@ -30,7 +30,6 @@ from axengine.engine import (
     SubmitResult,
     TaskRecord,
     TaskStatus,
-    Timeline,
     fit_problem,
 )
 from axengine.engine._reads import Approval, DagInfo
@@ -50,7 +49,6 @@ __all__ = [
     "event_json",
     "events_page",
     "follow_event_batches",
-    "follow_events",
     "inline_dag_name",
     "list_page",
     "load_request_dag",
@@ -59,6 +57,7 @@ __all__ = [
     "parse_json_text",
     "parse_label_selector",
     "require_task",
+    "start_following",
     "submit_task",
     "task_json",
     "task_view_json",
@@ -367,45 +366,37 @@ class _Cursor:
 
 
 async def follow_event_batches(engine: Engine, task_id: str, *, after_seq: int = 0,
-                               timeline: Timeline | None = None,
                                stopping: asyncio.Event | None = None,
                                keepalive: float = 15.0, max_seconds: float = 3600.0,
                                ) -> AsyncGenerator[list[Event] | WatchEnd | None, None]:
     """Events of a task as they commit, in batches: first those with ``seq >
-    after_seq``, then live ones from the engine's shared events feed (a batch: all that
+    after_seq`` (the replay: always the first item, maybe empty, yielded without
+    waiting), then live ones from the engine's shared events feed (a batch: all that
     arrived by the time the stream looked, e.g. the events of one transaction), until
     the task is final (:class:`WatchEnd`), ``stopping`` is set or ``max_seconds`` pass.
     ``None`` is yielded after ``keepalive`` seconds of silence so the caller can probe
     its connection.
 
     The feed (:meth:`~axengine.engine.Engine.subscribe_events`) holds every event
-    committed after the revision it started at, so the replay is read after subscribing
-    and nothing committed in between is lost; the cursor drops what both hold.
-
-    ``timeline``: the task's :meth:`~axengine.engine.Engine.timeline` (its record and
-    events, read together), when the caller has read it already (to answer "not found"
-    before a stream starts); otherwise it is read here. A timeline read before
-    subscribing misses what the feed handed out meanwhile, so its events are read again.
+    committed after the moment this stream subscribed, so the task's timeline is read
+    once, after subscribing, and nothing committed in between is lost; the cursor drops
+    what both hold. (A timeline read before subscribing would miss an event the feed
+    handed out meanwhile to the followers of that moment only.)
 
     Raises:
         NotFound: The task does not exist (before anything is yielded).
     """
     async with engine.subscribe_events(task_id) as feed:
-        if timeline is None:
-            timeline = await engine.timeline(task_id)
-            events = timeline.events
-        else:
-            events = await engine.events(task_id)
+        timeline = await engine.timeline(task_id)
         cursor = _Cursor(after_seq)
         status = ""  # as the last status change in the replay left it
         replayed: list[Event] = []
-        for event in events:
+        for event in timeline.events:
             if cursor.take(event):
                 replayed.append(event)
             if event.kind.startswith(STATUS_EVENT_PREFIX):
                 status = event.state
-        if replayed:
-            yield replayed
+        yield replayed
         # (No status event: a task stored without its events, e.g. by a seed-era tool.)
         if TaskStatus(status or timeline.task.status).final:
             yield WatchEnd(task_id, status or timeline.task.status.value)
@@ -456,24 +447,33 @@ async def follow_event_batches(engine: Engine, task_id: str, *, after_seq: int =
                         await pending
 
 
-async def follow_events(engine: Engine, task_id: str, *, after_seq: int = 0,
-                        timeline: Timeline | None = None,
-                        stopping: asyncio.Event | None = None, keepalive: float = 15.0,
-                        max_seconds: float = 3600.0,
-                        ) -> AsyncGenerator[Event | WatchEnd | None, None]:
-    """:func:`follow_event_batches`, one event at a time."""
-    batches = follow_event_batches(engine, task_id, after_seq=after_seq, timeline=timeline,
-                                   stopping=stopping, keepalive=keepalive,
-                                   max_seconds=max_seconds)
+async def start_following(engine: Engine, task_id: str, *, after_seq: int = 0,
+                          stopping: asyncio.Event | None = None, keepalive: float = 15.0,
+                          max_seconds: float = 3600.0,
+                          ) -> AsyncGenerator[list[Event] | WatchEnd | None, None]:
+    """:func:`follow_event_batches`, already subscribed and replayed: a missing task
+    raises :class:`NotFound` here, before a response starts streaming, and the task is
+    read once (after subscribing). An empty replay is left out."""
+    batches = follow_event_batches(engine, task_id, after_seq=after_seq, stopping=stopping,
+                                   keepalive=keepalive, max_seconds=max_seconds)
     try:
-        async for item in batches:
-            if isinstance(item, list):
-                for event in item:
-                    yield event
-            else:
-                yield item
-    finally:
+        replay = await anext(batches)
+    except BaseException:
         await batches.aclose()
+        raise
+    return _after(replay, batches)
+
+
+async def _after(first: list[Event] | WatchEnd | None,
+                 rest: AsyncGenerator[list[Event] | WatchEnd | None, None],
+                 ) -> AsyncGenerator[list[Event] | WatchEnd | None, None]:
+    try:
+        if first:
+            yield first
+        async for item in rest:
+            yield item
+    finally:
+        await rest.aclose()
 
 
 # ---------------------------------------------------------------------------- listings

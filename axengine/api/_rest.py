@@ -628,10 +628,9 @@ def create_app(*, engine: Engine, auth: Authenticator | None, metrics: AxMetrics
         """Server-sent events: one ``data:`` JSON per event until the task is final."""
         if last_event_id and last_event_id.isdigit():
             after_seq = max(after_seq, int(last_event_id))
-        timeline = await engine.timeline(task_id)  # a 404 before the stream starts
-        stream = ops.follow_event_batches(engine, task_id, after_seq=after_seq,
-                                          timeline=timeline, stopping=stop,
-                                          keepalive=SSE_KEEPALIVE)
+        # Subscribed and replayed before the response starts: a 404 comes as one.
+        stream = await ops.start_following(engine, task_id, after_seq=after_seq,
+                                           stopping=stop, keepalive=SSE_KEEPALIVE)
         return StreamingResponse(_sse(stream), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache",
                                           "X-Accel-Buffering": "no"})

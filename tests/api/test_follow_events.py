@@ -1,7 +1,7 @@
-"""``follow_events`` (the watch stream's source) against a fake engine whose events feed
-models the engine's shared one: it hands out every event committed after the revision it
-started at (``since``) to the followers of that moment, so the stream reads its replay
-after subscribing, or reads the events again when the caller read its timeline before.
+"""``follow_event_batches`` (the watch stream's source) against a fake engine whose events
+feed models the engine's shared one: it hands out every event committed after the
+revision it started at (``since``) to the followers of that moment only, so the stream
+must read its replay after subscribing.
 
 Each event must be sent once and in order, whether it was committed before the feed
 started, between the subscription and the replay, or after both.
@@ -20,14 +20,14 @@ import pytest
 from axengine.api import _ops as ops
 from axengine.engine import Engine, Timeline
 from axengine.engine._hub import Subscription
-from axengine.errors import StoreUnavailable
+from axengine.errors import NotFound, StoreUnavailable
 from axengine.records import Event, TaskRecord, TaskStatus
 
 TASK = "t-1"
 
 
 class FakeEngine:
-    """The reads and the feed ``follow_events`` uses, over an in-memory timeline of one
+    """The read and the feed ``follow_event_batches`` uses, over an in-memory timeline of one
     task."""
 
     def __init__(self) -> None:
@@ -35,7 +35,7 @@ class FakeEngine:
         self.stored: list[Event] = []
         self.feeds: list[Subscription] = []
         self.task_reads = 0
-        self.event_reads = 0
+        self.missing = False
         #: Commits made once the feed started (it delivers them; the replay may too).
         self.on_subscribe: Callable[[], None] = lambda: None
         #: Commits made right after the replay was read (only the feed has them).
@@ -67,20 +67,30 @@ class FakeEngine:
     async def timeline(self, task_id: str) -> Timeline:
         """The record and the events, read together (one read)."""
         self.task_reads += 1
+        if self.missing:
+            raise NotFound(f"task {task_id!r} not found")
         record = cast(TaskRecord, SimpleNamespace(status=TaskStatus.RUNNING))
         timeline = Timeline(record, list(self.stored), self.revision_now)
         self.after_read()
         return timeline
 
-    async def events(self, task_id: str) -> list[Event]:
-        self.event_reads += 1
-        return list(self.stored)
+
+
+async def flat(batches: AsyncIterator[Any]) -> list[Any]:
+    """The stream's items one event at a time (keepalives dropped)."""
+    items: list[Any] = []
+    async for item in batches:
+        if isinstance(item, list):
+            items.extend(item)
+        elif item is not None:
+            items.append(item)
+    return items
 
 
 async def follow(engine: FakeEngine, after_seq: int = 0) -> list[Any]:
     async def collect() -> list[Any]:
-        stream = ops.follow_events(cast(Engine, engine), TASK, after_seq=after_seq)
-        return [item async for item in stream]
+        return await flat(ops.follow_event_batches(cast(Engine, engine), TASK,
+                                                   after_seq=after_seq))
 
     # A guard against hanging, not a latency bound.
     return await asyncio.wait_for(collect(), 10.0)
@@ -98,31 +108,38 @@ def test_events_committed_before_and_after_the_replay_are_sent_once_in_order() -
     assert kinds_of(items) == ["submitted", "ready", "claimed", "committed",
                                "task_succeeded", "SUCCEEDED"]
     assert isinstance(items[-1], ops.WatchEnd)
-    assert (engine.task_reads, engine.event_reads) == (1, 0)
+    assert engine.task_reads == 1
 
 
 @pytest.mark.parametrize("feed_running", [False, True])
-def test_a_timeline_read_before_subscribing_is_read_again(feed_running: bool) -> None:
-    # An event committed after the caller read the timeline and before the stream
-    # subscribed is in neither: before the feed started (not running), or handed out
-    # only to the followers of that moment (running: another stream follows the task).
-    # The stream reads the events again after subscribing.
+def test_start_following_reads_once_after_subscribing_and_refuses_a_missing_task(
+        feed_running: bool) -> None:
+    # The watch endpoints answer 404 before their response starts, from the stream's
+    # own read, made after subscribing: a commit right after the read reaches the
+    # stream through its feed. (Read before subscribing, it would be lost: handed out
+    # to the followers of that moment only, or before the feed started.)
     engine = FakeEngine()
 
     async def main() -> list[Any]:
         async with contextlib.AsyncExitStack() as other:
-            if feed_running:
+            if feed_running:  # another stream follows the task
                 await other.enter_async_context(engine.subscribe_events(TASK))
-            timeline = await engine.timeline(TASK)
             engine.commit("claimed")
-            engine.on_subscribe = lambda: engine.commit("committed", "task_succeeded")
-            stream = ops.follow_events(cast(Engine, engine), TASK, timeline=timeline)
-            return [item async for item in stream]
+            engine.after_read = lambda: engine.commit("committed", "task_succeeded")
+            stream = await ops.start_following(cast(Engine, engine), TASK)
+            assert engine.task_reads == 1
+            return await flat(stream)
 
     items = asyncio.run(asyncio.wait_for(main(), 10.0))
     assert kinds_of(items) == ["submitted", "ready", "claimed", "committed",
                                "task_succeeded", "SUCCEEDED"]
-    assert engine.event_reads == 1
+    assert engine.task_reads == 1 and engine.feeds == []
+
+    missing = FakeEngine()
+    missing.missing = True
+    with pytest.raises(NotFound):
+        asyncio.run(ops.start_following(cast(Engine, missing), TASK))
+    assert missing.feeds == []  # the subscription did not outlive the refusal
 
 
 def test_a_resumed_stream_sends_nothing_up_to_after_seq() -> None:
@@ -138,7 +155,7 @@ def test_a_task_whose_replay_ends_final_ends_the_stream_with_one_read() -> None:
     engine.commit("committed", "task_succeeded")
     items = asyncio.run(follow(engine))
     assert kinds_of(items)[-2:] == ["task_succeeded", "SUCCEEDED"]
-    assert (engine.task_reads, engine.event_reads) == (1, 0)
+    assert engine.task_reads == 1
     assert engine.feeds == []  # the subscription ended with the stream
 
 
@@ -153,8 +170,8 @@ def test_a_feed_failure_ends_the_stream_after_what_came_before_it() -> None:
     engine.after_read = fail
 
     async def main() -> None:
-        async for item in ops.follow_events(cast(Engine, engine), TASK):
-            got.append(item)
+        async for item in ops.follow_event_batches(cast(Engine, engine), TASK):
+            got.extend(item if isinstance(item, list) else [item])
 
     with pytest.raises(StoreUnavailable, match="went away"):
         asyncio.run(asyncio.wait_for(main(), 10.0))
