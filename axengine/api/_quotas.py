@@ -122,7 +122,7 @@ async def active_refusal(engine: Engine, principal: Principal,
     limit = quotas.max_active_tasks
     if not limit:
         return None
-    count = await engine.count_active(principal.name, cap=limit)
+    count = await engine.count_active(principal.name)
     if count < limit:
         return None
     return QuotaExceeded(f"{principal.name!r} has {count} unfinished tasks; the limit "

@@ -374,10 +374,10 @@ class EngineReads:
                     gate_until=snap.gate_until))
         return out, token
 
-    async def count_active(self, principal: str, *, cap: int) -> int:
-        """Unfinished tasks ``principal`` submitted, counted up to ``cap`` from the
-        active-by-principal index (reads at most ``cap`` keys, whatever the store holds)."""
-        return len(await self._store.range(self._keys.active_by(principal), limit=cap))
+    async def count_active(self, principal: str) -> int:
+        """Unfinished tasks ``principal`` submitted, counted on the active-by-principal
+        index (a count-only read: no key or value comes back, however many there are)."""
+        return await self._store.count(self._keys.active_by(principal))
 
     async def task_counts(self) -> dict[TaskStatus, int]:
         """Tasks per status, counted on the status index (count-only reads: no record
