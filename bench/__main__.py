@@ -7,6 +7,10 @@ peers (LangGraph, DBOS), the SDK as users call it and the reconciler's pass, and
     bench/run                      # full run (about ten minutes on two cores)
     bench/run --quick --out /tmp/b # tiny counts: checks the harness, not the engine
     bench/run --section floor --section embedded   # a subset
+
+Every workload a target compares runs in 3 rounds (2 with ``--quick``) that take turns
+with the workloads it is compared with; each ratio is the median of its per-round
+ratios (see ``bench.runner`` and ``bench.report``).
 """
 
 from __future__ import annotations
@@ -47,7 +51,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="bench", description="ax cost per node against the floor and its peers")
     parser.add_argument("--quick", action="store_true",
-                        help="tiny counts (seconds): checks that every part runs")
+                        help="tiny counts, 2 rounds (about two minutes): checks that "
+                        "every part runs")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT,
                         help=f"directory for results.json and results.md (default {DEFAULT_OUT})")
     parser.add_argument("--section", action="append", choices=Runner.SECTIONS,

@@ -1,5 +1,5 @@
 """Small helpers shared by every part of the benchmark: percentiles, resource usage,
-progress lines.
+progress lines, the choice of a workload's median round.
 
 Nothing here knows about ax; every part reports plain JSON-able dicts built with
 :func:`summary` and :func:`usage`.
@@ -20,6 +20,7 @@ __all__ = [
     "Progress",
     "cpu_seconds",
     "load",
+    "median_round",
     "percentile",
     "rate",
     "summary",
@@ -92,6 +93,26 @@ class Progress:
     def __call__(self, message: str) -> None:
         if not self.quiet:
             print(f"[{self.elapsed:7.1f}s] {message}", file=sys.stderr, flush=True)
+
+
+def median_round(rounds: Sequence[dict[str, Any]], figure: Sequence[str]) -> dict[str, Any]:
+    """The round of a workload to show as its figures: the one whose ``figure`` (a path of
+    keys, e.g. ``("wall_per_node_ms",)``) is the median of the rounds'; with an even count
+    the lower of the middle two. A round that failed (``error``) or lacks the figure is
+    chosen only when no round has it, so one crash does not hide the rounds that ran."""
+
+    def value(result: Any) -> float | None:
+        for key in figure:
+            if not isinstance(result, dict) or key not in result:
+                return None
+            result = result[key]
+        return float(result) if isinstance(result, int | float) else None
+
+    measured = sorted((r for r in rounds if "error" not in r and value(r) is not None),
+                      key=lambda r: value(r) or 0.0)
+    if not measured:
+        return rounds[0]
+    return measured[(len(measured) - 1) // 2]
 
 
 def chain_steps(stamps: Sequence[tuple[str, float]]) -> list[float]:

@@ -1,12 +1,20 @@
 """Orchestrates one benchmark run: servers, the plan of workloads, one fresh process per
 workload, progress lines, and the results files.
 
-Order of the sections: floor → ax embedded and the peers (LangGraph, DBOS), taking turns
-shape by shape → the SDK as users call it → ax on etcd + Redis (engine in process) →
-reconciler pass cost → scaling (ax and the peers taking turns size by size) → validation
-→ profile → ax through API + executors. The private etcd and Redis of the
-first sections are stopped before the API's own topology starts, so no idle server
-competes for the two cores.
+Order of the sections: floor → ax embedded and the peers (LangGraph, DBOS), shape by
+shape → the SDK as users call it → ax on etcd + Redis (engine in process) → reconciler
+pass cost → scaling (ax and the peers size by size) → validation → profile → ax through
+API + executors. The private etcd and Redis of the first sections are stopped before the
+API's own topology starts, so no idle server competes for the two cores.
+
+The machine's speed drifts by a third within minutes, so a workload measured once lets
+one slow burst decide a ratio. Every workload that a target compares runs
+``Sizes.rounds`` times, in rounds that take turns (:meth:`Runner._in_rounds`): round 1
+of ax, LangGraph and DBOS, then round 2 of each, and so on; the etcd + Redis and API
+sections measure their floor at the start of every round. Each workload keeps every
+round's result and shows its median round; ``bench.report`` pairs round i of one side
+with round i of the other and judges the median of those ratios. The floor section, the
+reconciler, validation and the profile run once.
 """
 
 from __future__ import annotations
@@ -20,7 +28,7 @@ import sqlite3
 import subprocess
 import sys
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -28,9 +36,9 @@ from typing import Any
 
 from bench import RESULTS_SCHEMA, report
 from bench.child import MARKER
-from bench.common import Progress, load
+from bench.common import Progress, load, median_round
 
-__all__ = ["FULL", "QUICK", "Runner", "Sizes"]
+__all__ = ["FULL", "QUICK", "Runner", "Sizes", "Turn", "keep_median"]
 
 #: Repository root (children run there so ``tests.servers`` and ``bench`` import).
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,22 +47,33 @@ ROOT = Path(__file__).resolve().parent.parent
 @dataclass(frozen=True)
 class Sizes:
     """How much of each workload to run. The full sizes fit in about ten minutes on two
-    cores; the figures in the README come from them."""
+    cores, three rounds included; the figures in the README come from them. The counts
+    are per round."""
 
+    #: Rounds of every workload a target compares (taken in turns, see
+    #: :meth:`Runner._in_rounds`); a ratio is the median of the rounds' ratios.
+    rounds: int = 3
+    #: Seconds per primitive of the floor section.
     floor_seconds: float = 2.0
+    #: Seconds per primitive of the etcd + Redis floor measured again at the start of
+    #: every round of the etcd + Redis and API sections: shorter, as it runs once per
+    #: round and is held against that round's workloads only.
+    section_floor_seconds: float = 1.0
     #: ax embedded and LangGraph: financial tasks (sequential and concurrent).
-    fin_tasks: int = 1000
+    fin_tasks: int = 400
     fin_inflight: int = 50
+    #: The main chain and fan-out: their size is part of the comparison, so it stays at
+    #: 1,000 nodes however many rounds run.
     chain: int = 1000
     fanout: int = 1000
     #: DBOS's financial tasks (one at a time; in flight): fewer than the others', to stay
     #: in the time budget (each takes a few ms more per node, and more under load).
-    dbos_fin_tasks: int = 500
-    dbos_fin_conc: int = 300
+    dbos_fin_tasks: int = 200
+    dbos_fin_conc: int = 200
     #: The SDK: one-shot ``ax.run`` calls (and LangGraph's one-shot counterpart), runs
     #: of the financial shape and of the chain (``chain`` nodes) on one ``ax.open``.
-    sdk_oneshot_runs: int = 100
-    sdk_reuse_runs: int = 300
+    sdk_oneshot_runs: int = 50
+    sdk_reuse_runs: int = 150
     sdk_reuse_chain_runs: int = 2
     #: Reconciler pass cost: finished tasks in the store (ascending), unfinished ones,
     #: timed passes per size.
@@ -63,18 +82,18 @@ class Sizes:
     reconciler_passes: int = 21
     #: ax on etcd + Redis, engine in process. A waiting pop wakes for an item in any
     #: lane (the queue's wake-up list), so both lanes run the same counts.
-    etcd_chain_default: int = 1000
-    etcd_chain_fast: int = 1000
-    etcd_fin_seq_default: int = 200
-    etcd_fin_seq_fast: int = 200
-    etcd_fin_conc: int = 500
+    etcd_chain_default: int = 500
+    etcd_chain_fast: int = 500
+    etcd_fin_seq_default: int = 100
+    etcd_fin_seq_fast: int = 100
+    etcd_fin_conc: int = 250
     etcd_fanout: int = 300
     #: Through ax api + 2 ax executor processes.
-    api_chain_default: int = 300
-    api_chain_fast: int = 300
-    api_fin_seq_default: int = 100
-    api_fin_seq_fast: int = 100
-    api_fin_conc: int = 300
+    api_chain_default: int = 150
+    api_chain_fast: int = 150
+    api_fin_seq_default: int = 60
+    api_fin_seq_fast: int = 60
+    api_fin_conc: int = 150
     api_fanout: int = 200
     api_executors: int = 2
     #: Scaling.
@@ -94,7 +113,8 @@ class Sizes:
 
 FULL = Sizes()
 QUICK = Sizes(
-    floor_seconds=0.2, fin_tasks=10, fin_inflight=5, chain=20, fanout=10,
+    rounds=2, floor_seconds=0.2, section_floor_seconds=0.2, fin_tasks=10, fin_inflight=5,
+    chain=20, fanout=10,
     dbos_fin_tasks=10, dbos_fin_conc=10,
     sdk_oneshot_runs=3, sdk_reuse_runs=5, sdk_reuse_chain_runs=1,
     reconciler_finished=(10, 50), reconciler_passes=3,
@@ -133,6 +153,42 @@ def _versions() -> dict[str, str]:
 
 #: What the embedded section runs on.
 EMBEDDED_BACKEND = "SQLite (WAL, synchronous=FULL) + in-process queue"
+
+#: The figure a workload's median round is chosen by: wall time per node for the engines
+#: and the peers, wall time per call for the SDK's financial loops, the sequential etcd +
+#: Redis floor for a section's floor.
+WALL_PER_NODE = ("wall_per_node_ms",)
+WALL_PER_CALL = ("run_wall", "p50_ms")
+SEQUENTIAL_FLOOR = ("floor", "etcd_redis_sequential", "nodes_per_s")
+
+Result = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One child of every round (see :meth:`Runner._in_rounds`).
+
+    Attributes:
+        label: Its progress label; the round is appended.
+        run: Runs the child under the label it is given and returns its result.
+        keep: Stores the results of every round, in order, once the rounds are done.
+    """
+
+    label: str
+    run: Callable[[str], Result]
+    keep: Callable[[list[Result]], None]
+
+
+def keep_median(out: dict[str, Any], key: str,
+                figure: tuple[str, ...] = WALL_PER_NODE) -> Callable[[list[Result]], None]:
+    """A :attr:`Turn.keep` that stores, as ``out[key]``, the workload's median round by
+    ``figure`` (what the tables show and every existing reader takes) with every round
+    under ``"rounds"`` (what the report's paired ratios read)."""
+
+    def keep(rounds: list[Result]) -> None:
+        out[key] = {**median_round(rounds, figure), "rounds": rounds}
+
+    return keep
 
 
 class Runner:
@@ -206,6 +262,39 @@ class Runner:
         spec = {"part": "axrun", "worker_concurrency": self.sizes.worker_concurrency,
                 "latency_tasks": self.sizes.latency_tasks, **spec}
         return self.child(label, spec, self._engine_line)
+
+    # ------------------------------------------------------------------ rounds
+
+    def _in_rounds(self, turns: Sequence[Turn]) -> None:
+        """Run ``turns`` in order, ``sizes.rounds`` times over, then hand each turn its
+        results.
+
+        The rounds take turns (round 1 of every turn, then round 2 of every turn, ...)
+        rather than repeating one workload: the two sides of a ratio in one round are
+        taken seconds apart, and the report judges the median of the rounds' ratios, so
+        a slow burst of the machine weighs on both sides of one round and is outvoted
+        by the others.
+        """
+        rounds = self.sizes.rounds
+        results: list[list[Result]] = [[] for _ in turns]
+        for i in range(rounds):
+            suffix = f" (round {i + 1}/{rounds})" if rounds > 1 else ""
+            for turn, got in zip(turns, results, strict=True):
+                got.append(turn.run(turn.label + suffix))
+        for turn, got in zip(turns, results, strict=True):
+            turn.keep(got)
+
+    def _child_turn(self, out: dict[str, Any], key: str, label: str, spec: dict[str, Any],
+                    describe: Callable[[Result], str],
+                    figure: tuple[str, ...] = WALL_PER_NODE) -> Turn:
+        """A turn that runs ``spec`` in a fresh child and keeps its rounds as
+        ``out[key]``."""
+        return Turn(label, lambda lbl: self.child(lbl, spec, describe),
+                    keep_median(out, key, figure))
+
+    def _ax_turn(self, out: dict[str, Any], key: str, label: str, **spec: Any) -> Turn:
+        """A turn of the ax engine harness (:mod:`bench.axrun`), kept as ``out[key]``."""
+        return Turn(label, lambda lbl: self._ax(lbl, **spec), keep_median(out, key))
 
     # ------------------------------------------------------------------ servers
 
@@ -286,18 +375,27 @@ class Runner:
                                                         r["floor"].items()})
                                   + " floor nodes/s"))
 
-    def _section_floor(self, name: str, etcd_url: str, redis_url: str) -> dict[str, Any]:
-        """The etcd + Redis floor measured again as a section starts, on its servers:
-        the machine's speed drifts over a run (the same code measured 140 and 310
-        nodes/s through the API in two runs an hour apart), so a section is held
-        against the floor measured next to it."""
-        floor: dict[str, Any] = self.child(
+    def _section_floor(self, out: dict[str, Any], name: str, etcd_url: str,
+                       redis_url: str) -> Turn:
+        """The etcd + Redis floor measured again at the start of each round of a section,
+        on its servers: the machine's speed drifts over a run (the same code measured 140
+        and 310 nodes/s through the API in two runs an hour apart), so each round of a
+        section's workloads is held against the floor measured next to it. Kept as
+        ``out["floors"]`` (every round) and ``out["floor"]`` (the median round)."""
+
+        def keep(rounds: list[Result]) -> None:
+            out["floor"] = median_round(rounds, SEQUENTIAL_FLOOR)
+            out["floors"] = rounds
+
+        spec = {"part": "floor", "seconds": self.sizes.section_floor_seconds, "section": True,
+                "etcd_url": etcd_url, "redis_url": redis_url}
+        return Turn(
             f"{name}: etcd + Redis floor for this section",
-            {"part": "floor", "seconds": self.sizes.floor_seconds, "section": True,
-             "etcd_url": etcd_url, "redis_url": redis_url},
-            lambda r: json.dumps({k: v["nodes_per_s"] for k, v in r["floor"].items()})
-            + " floor nodes/s")
-        return floor
+            lambda lbl: self.child(
+                lbl, spec, lambda r: json.dumps({k: v["nodes_per_s"]
+                                                 for k, v in r["floor"].items()})
+                + " floor nodes/s"),
+            keep)
 
     def _run_embedded(self) -> None:
         if "peer" in self.sections:
@@ -306,25 +404,26 @@ class Runner:
         with self._section("embedded") as out:
             out["backend"] = EMBEDDED_BACKEND
             for shape in self.ENGINE_SHAPES:
-                self._embedded_workload(out, shape)
+                self._in_rounds([self._embedded_turn(out, shape)])
 
     def _run_peer(self) -> None:
         if "embedded" in self.sections:
             return  # run with the embedded section (_run_engines)
         with self._section("peer") as out:
             for shape in self.ENGINE_SHAPES:
-                self._peer_workloads(out, shape)
+                self._in_rounds(self._peer_turns(out, shape))
             self._no_celery(out)
 
     def _run_engines(self) -> None:
-        """ax embedded, LangGraph and DBOS taking turns shape by shape: the machine's
-        speed drifts over minutes (the same code measured twice as fast an hour
-        apart), and a ratio should compare figures taken next to each other."""
+        """ax embedded, LangGraph and DBOS shape by shape, each shape's rounds taking
+        turns (round 1 of ax, LangGraph, DBOS, then round 2 ...): the machine's speed
+        drifts over minutes, and a ratio should compare figures taken next to each
+        other."""
         with self._section("embedded") as emb, self._section("peer") as peer:
             emb["backend"] = EMBEDDED_BACKEND
             for shape in self.ENGINE_SHAPES:
-                self._embedded_workload(emb, shape)
-                self._peer_workloads(peer, shape)
+                self._in_rounds([self._embedded_turn(emb, shape),
+                                 *self._peer_turns(peer, shape)])
             self._no_celery(peer)
 
     #: The workloads of the embedded and peer sections, in the order they run.
@@ -341,7 +440,8 @@ class Runner:
             "fanout": ("fanout", s.fanout, 1, 1),
         }[name]
 
-    def _embedded_workload(self, out: dict[str, Any], name: str) -> None:
+    def _embedded_turn(self, out: dict[str, Any], name: str) -> Turn:
+        """The embedded engine's workload ``name``, kept in ``out["workloads"]``."""
         s = self.sizes
         kind, size, tasks, inflight = self._engine_run(name, s.fin_tasks, s.fin_tasks)
         label = {
@@ -350,21 +450,24 @@ class Runner:
             "chain": f"chain of {size}",
             "fanout": f"fan-out/fan-in of {size}",
         }[name]
-        out.setdefault("workloads", {})[name] = self._ax(
-            f"embedded: {label}", shape=kind, size=size, tasks=tasks, inflight=inflight)
+        return self._ax_turn(out.setdefault("workloads", {}), name, f"embedded: {label}",
+                             shape=kind, size=size, tasks=tasks, inflight=inflight)
 
-    def _peer_workloads(self, out: dict[str, Any], name: str) -> None:
-        """The workload ``name`` of every peer."""
+    def _peer_turns(self, out: dict[str, Any], name: str) -> list[Turn]:
+        """The workload ``name`` of every peer, kept in ``out[peer]``."""
         s = self.sizes
+        turns = []
         for peer, part, fin_tasks, conc_tasks in (
                 ("langgraph", "peer", s.fin_tasks, s.fin_tasks),
                 ("dbos", "dbos", s.dbos_fin_tasks, s.dbos_fin_conc)):
             kind, size, tasks, inflight = self._engine_run(name, fin_tasks, conc_tasks)
-            out.setdefault(peer, {})[name] = self.child(
+            turns.append(self._child_turn(
+                out.setdefault(peer, {}), name,
                 f"{peer}: {name} ({kind}{' ' + str(size) if size else ''} x {tasks}"
                 f"{f', {inflight} in flight' if inflight > 1 else ''})",
                 {"part": part, "shape": kind, "size": size, "tasks": tasks,
-                 "inflight": inflight}, self._peer_line)
+                 "inflight": inflight}, self._peer_line))
+        return turns
 
     @staticmethod
     def _no_celery(out: dict[str, Any]) -> None:
@@ -379,29 +482,40 @@ class Runner:
         s = self.sizes
         with self._section("sdk") as out:
             base = {"part": "sdk", "latency_tasks": s.latency_tasks}
-            out["ax_oneshot"] = self.child(
-                f"sdk: ax.run x {s.sdk_oneshot_runs} (financial, one shot each)",
-                {**base, "mode": "oneshot", "shape": "financial", "runs": s.sdk_oneshot_runs},
-                self._run_line)
-            out["langgraph_oneshot"] = self.child(
-                f"sdk: langgraph open + build + compile + invoke x {s.sdk_oneshot_runs} "
-                "(financial)", {"part": "peer", "mode": "oneshot", "runs": s.sdk_oneshot_runs},
-                self._run_line)
+            self._in_rounds([
+                self._child_turn(
+                    out, "ax_oneshot",
+                    f"sdk: ax.run x {s.sdk_oneshot_runs} (financial, one shot each)",
+                    {**base, "mode": "oneshot", "shape": "financial",
+                     "runs": s.sdk_oneshot_runs}, self._run_line, WALL_PER_CALL),
+                self._child_turn(
+                    out, "langgraph_oneshot",
+                    f"sdk: langgraph open + build + compile + invoke x "
+                    f"{s.sdk_oneshot_runs} (financial)",
+                    {"part": "peer", "mode": "oneshot", "runs": s.sdk_oneshot_runs},
+                    self._run_line, WALL_PER_CALL),
+            ])
             # The reusable engine is held against the peers' runs of the same shape
-            # taken right after it (the machine's speed drifts over a run).
+            # taken in turns with it (the machine's speed drifts over a run).
             peers = out.setdefault("peers", {})
-            out["ax_reuse_financial"] = self.child(
-                f"sdk: ax.open, engine.run x {s.sdk_reuse_runs} (financial)",
-                {**base, "mode": "reuse", "shape": "financial", "runs": s.sdk_reuse_runs},
-                self._run_line)
-            if "peer" in self.sections:
-                self._peer_workloads(peers, "financial_sequential")
-            out["ax_reuse_chain"] = self.child(
-                f"sdk: ax.open, engine.run x {s.sdk_reuse_chain_runs} (chain of {s.chain})",
-                {**base, "mode": "reuse", "shape": "chain", "size": s.chain,
-                 "runs": s.sdk_reuse_chain_runs, "warmup": 1}, self._run_line)
-            if "peer" in self.sections:
-                self._peer_workloads(peers, "chain")
+            with_peers = "peer" in self.sections
+            self._in_rounds([
+                self._child_turn(
+                    out, "ax_reuse_financial",
+                    f"sdk: ax.open, engine.run x {s.sdk_reuse_runs} (financial)",
+                    {**base, "mode": "reuse", "shape": "financial", "runs": s.sdk_reuse_runs},
+                    self._run_line, WALL_PER_CALL),
+                *(self._peer_turns(peers, "financial_sequential") if with_peers else []),
+            ])
+            self._in_rounds([
+                self._child_turn(
+                    out, "ax_reuse_chain",
+                    f"sdk: ax.open, engine.run x {s.sdk_reuse_chain_runs} "
+                    f"(chain of {s.chain})",
+                    {**base, "mode": "reuse", "shape": "chain", "size": s.chain,
+                     "runs": s.sdk_reuse_chain_runs, "warmup": 1}, self._run_line),
+                *(self._peer_turns(peers, "chain") if with_peers else []),
+            ])
 
     def _run_reconciler(self) -> None:
         s = self.sizes
@@ -429,8 +543,8 @@ class Runner:
             self._start_servers()
             out["backend"] = "etcd (1 member, private port) + Redis; engine, worker and " \
                 "reconciler in this process"
-            out["floor"] = self._section_floor("etcd+redis", self._etcd.url,
-                                               f"{self._redis.url}/0")
+            floor = self._section_floor(out, "etcd+redis", self._etcd.url,
+                                        f"{self._redis.url}/0")
             pids = {"etcd": self._etcd.proc.pid, "redis": self._redis.proc.pid}
             w = out.setdefault("workloads", {})
             runs = (
@@ -446,51 +560,70 @@ class Runner:
                  s.fin_inflight, "fast"),
                 ("fanout", "fanout", s.etcd_fanout, 1, 1, None),
             )
-            for i, (name, kind, size, tasks, inflight, lane) in enumerate(runs):
-                w[name] = self._ax(
+            self._in_rounds([floor, *(
+                self._ax_turn(
+                    w, name,
                     f"etcd+redis: {name} ({kind}{' ' + str(size) if size else ''} x {tasks})",
                     shape=kind, size=size, tasks=tasks, inflight=inflight, lane=lane,
                     store_url=self._etcd_store_url,
                     queue_url=f"{self._redis.url}/0?prefix=bench{i}", server_pids=pids)
+                for i, (name, kind, size, tasks, inflight, lane) in enumerate(runs))])
 
     def _run_scaling(self) -> None:
         """The embedded chain at each length next to LangGraph's and DBOS's (up to the
         main chain's length: their checkpoints grow with the graph, 10,000 would blow
-        the time budget), size by size; then the financial shape by tasks in flight."""
+        the time budget), size by size, each size's rounds taking turns; then the
+        financial shape by tasks in flight. The main chain reuses the engines' rounds;
+        the longer chains and the concurrency series run once (their growth is read
+        within the series, not against a peer)."""
         s = self.sizes
         with self._section("scaling") as out:
             chain: dict[str, Any] = out.setdefault("chain", {})
             peers = {"langgraph": out.setdefault("langgraph_chain", {}),
                      "dbos": out.setdefault("dbos_chain", {})}
-            engines = self.results.get("embedded", {}).get("workloads", {})
             for n in s.scale_chain:
-                reuse = engines.get("chain") if n == s.chain else None
-                if reuse and "error" not in reuse:
+                # A chain shorter than the main one runs as many times as it takes to make
+                # the main chain's count of nodes, one task after another (ten samples of
+                # a DAG's first run would be mostly its warm-up).
+                tasks = max(1, s.chain // n)
+                turns: list[Turn] = []
+                reuse = self._main_chain_run("embedded", "workloads", n)
+                if reuse:
                     chain[str(n)] = reuse
                     self.progress(f"scaling: chain of {n}: reusing the embedded chain run")
-                else:
-                    # A chain shorter than the main one runs as many times as it takes to
-                    # make the main chain's count of nodes, one task after another (ten
-                    # samples of a DAG's first run would be mostly its warm-up).
-                    tasks = max(1, s.chain // n)
+                elif n > s.chain:
                     chain[str(n)] = self._ax(f"scaling: embedded chain of {n} x {tasks}",
                                              shape="chain", size=n, tasks=tasks,
                                              latency_tasks=tasks)
-                if n > s.chain:
-                    continue
-                tasks = max(1, s.chain // n)
+                else:
+                    turns.append(self._ax_turn(
+                        chain, str(n), f"scaling: embedded chain of {n} x {tasks}",
+                        shape="chain", size=n, tasks=tasks, latency_tasks=tasks))
                 for peer, part in (("langgraph", "peer"), ("dbos", "dbos")):
-                    reuse = (self.results.get("peer", {}).get(peer, {}).get("chain")
-                             if n == s.chain else None)
-                    peers[peer][str(n)] = reuse if reuse and "error" not in reuse else \
-                        self.child(f"scaling: {peer} chain of {n} x {tasks}",
-                                   {"part": part, "shape": "chain", "size": n,
-                                    "tasks": tasks, "inflight": 1}, self._peer_line)
+                    if n > s.chain:
+                        continue
+                    reuse = self._main_chain_run("peer", peer, n)
+                    if reuse:
+                        peers[peer][str(n)] = reuse
+                    else:
+                        turns.append(self._child_turn(
+                            peers[peer], str(n), f"scaling: {peer} chain of {n} x {tasks}",
+                            {"part": part, "shape": "chain", "size": n, "tasks": tasks,
+                             "inflight": 1}, self._peer_line))
+                self._in_rounds(turns)
             conc: dict[str, Any] = out.setdefault("concurrency", {})
             for c in s.scale_concurrency:
                 conc[str(c)] = self._ax(
                     f"scaling: embedded financial x {s.scale_tasks}, {c} in flight",
                     shape="financial", tasks=s.scale_tasks, inflight=c)
+
+    def _main_chain_run(self, section: str, engine: str, n: int) -> Result | None:
+        """The engines section's chain (with its rounds) when ``n`` is the main chain's
+        length and that run succeeded, for the scaling series to reuse."""
+        if n != self.sizes.chain:
+            return None
+        run = self.results.get(section, {}).get(engine, {}).get("chain")
+        return run if run and "error" not in run else None
 
     def _run_validation(self) -> None:
         with self._section("validation") as out:
@@ -542,13 +675,12 @@ class Runner:
                     and topology.redis.proc is not None
                 pids = {"api": topology.api.pid, "etcd": topology.etcd.proc.pid,
                         "redis": topology.redis.proc.pid}
-                out["floor"] = self._section_floor("api", topology.etcd.url,
-                                                   topology.queue_url)
+                floor = self._section_floor(out, "api", topology.etcd.url,
+                                            topology.queue_url)
                 pids.update({f"executor{i}": e.pid for i, e in enumerate(topology.executors)})
                 base = {"part": "api", "api_url": topology.api_url,
                         "token": topology.admin_token, "etcd_url": topology.store_url,
                         "pids": pids, "latency_tasks": s.latency_tasks}
-                w = out.setdefault("workloads", {})
                 runs = (
                     ("chain_default_lane", "chain", s.api_chain_default, 1, 1, None),
                     ("chain_fast_lane", "chain", s.api_chain_fast, 1, 1, "fast"),
@@ -560,19 +692,31 @@ class Runner:
                      None),
                     ("fanout", "fanout", s.api_fanout, 1, 1, None),
                 )
-                for name, kind, size, tasks, inflight, lane in runs:
-                    before = _log_problems(topology)
-                    w[name] = self.child(
-                        f"api: {name} ({kind}{' ' + str(size) if size else ''} x {tasks})",
-                        {**base, "shape": kind, "size": size, "tasks": tasks,
-                         "inflight": inflight, "lane": lane}, self._engine_line)
-                    after = _log_problems(topology)
-                    new_lines = {p: lines[len(before.get(p, [])):]
-                                 for p, lines in after.items()}
-                    w[name]["log_problems"] = {p: {"count": len(lines), "last": lines[-3:]}
-                                               for p, lines in new_lines.items() if lines}
+                w = out.setdefault("workloads", {})
+                self._in_rounds([floor, *(
+                    Turn(f"api: {name} ({kind}{' ' + str(size) if size else ''} x {tasks})",
+                         self._api_run(topology, {**base, "shape": kind, "size": size,
+                                                  "tasks": tasks, "inflight": inflight,
+                                                  "lane": lane}),
+                         keep_median(w, name))
+                    for name, kind, size, tasks, inflight, lane in runs)])
             finally:
                 topology.stop()
+
+    def _api_run(self, topology: Any, spec: dict[str, Any]) -> Callable[[str], Result]:
+        """Runs one API workload and adds the warnings and errors the API and executor
+        processes logged while it ran."""
+
+        def run(label: str) -> Result:
+            before = _log_problems(topology)
+            result = self.child(label, spec, self._engine_line)
+            after = _log_problems(topology)
+            new_lines = {p: lines[len(before.get(p, [])):] for p, lines in after.items()}
+            result["log_problems"] = {p: {"count": len(lines), "last": lines[-3:]}
+                                      for p, lines in new_lines.items() if lines}
+            return result
+
+        return run
 
 
 def _log_problems(topology: Any) -> dict[str, list[str]]:
