@@ -14,12 +14,21 @@ Targets (see ``bench/README.md``):
 - ax through API + executors: node throughput ≥ 50 % of the floor;
 - per-node cost flat in DAG size and in concurrency: growth (cost at the largest size
   / cost at the smallest) ≤ 1.5.
+
+The workloads a comparison holds against each other ran in rounds that took turns (see
+``bench.runner``): each result is its median round, with every round under ``rounds``
+(a section's floors under ``floors``). A comparison is judged on the median of its
+per-round ratios, round i of one side against round i of the other, since those were
+taken seconds apart while the machine's speed drifts by a third over minutes; its
+figures are the sides' median rounds. Results without rounds (an older file) give the
+single ratio.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+import statistics
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 __all__ = ["FLAT", "ONESHOT_TARGET", "PEER_TARGET", "WALL_OVER_CPU_TARGET", "markdown",
@@ -64,29 +73,97 @@ def _ok(result: Any) -> bool:
     return isinstance(result, Mapping) and "error" not in result and bool(result)
 
 
-def _ratio(a: Any, b: Any) -> float | None:
+def _quotient(a: Any, b: Any) -> float | None:
     if not isinstance(a, int | float) or not isinstance(b, int | float) or not b:
         return None
     if math.isnan(a) or math.isnan(b):
         return None
-    return round(a / b, 3)
+    return a / b
+
+
+def _ratio(a: Any, b: Any) -> float | None:
+    q = _quotient(a, b)
+    return None if q is None else round(q, 3)
+
+
+#: One side of a comparison: its figure in the median round, and in every round (None
+#: for a result without rounds).
+_Side = tuple[Any, Sequence[Any] | None]
+
+
+def _side(result: Any, *path: str) -> _Side:
+    """The figure at ``path`` of ``result`` (its median round) and of each of its rounds;
+    a round that failed gives None."""
+    rounds = _get(result, "rounds")
+    per_round = ([_get(r, *path) if _ok(r) else None for r in rounds]
+                 if isinstance(rounds, Sequence) and rounds else None)
+    return _get(result, *path), per_round
+
+
+def _paired_ratio(a: _Side, b: _Side) -> tuple[float | None, list[float]]:
+    """``a / b`` and the per-round ratios it was judged on.
+
+    With rounds on both sides: the median (for an even count the mean of the middle
+    two) of the ratios of round i of ``a`` to round i of ``b``, skipping a round where
+    either side failed. Pairing matters: the two sides of a round were taken seconds
+    apart, so a slow minute of the machine weighs on both and cancels out of that
+    round's ratio, whereas a ratio of the two sides' medians may pair a fast round with
+    a slow one. When a side has no rounds (an older results file), or no round ran on
+    both sides: the ratio of the figures, and no per-round ratios.
+    """
+    if a[1] is not None and b[1] is not None:
+        ratios = [q for x, y in zip(a[1], b[1], strict=False)
+                  if (q := _quotient(x, y)) is not None]
+        if ratios:
+            return round(statistics.median(ratios), 3), [round(q, 3) for q in ratios]
+    return _ratio(a[0], b[0]), []
+
+
+def _round_median(side: _Side) -> tuple[float | None, list[float]]:
+    """A figure that is already a ratio (wall / CPU of one run) judged over rounds: the
+    median of the rounds' values; the single value without rounds."""
+    values = [float(v) for v in side[1] or () if isinstance(v, int | float)]
+    if not values:
+        return (side[0] if isinstance(side[0], int | float) else None), []
+    return round(statistics.median(values), 3), values
 
 
 def _cmp(name: str, value: float | None, target: str, met: bool | None,
-         detail: str, *, percent: bool = False) -> dict[str, Any]:
+         detail: str, *, percent: bool = False,
+         rounds: Sequence[float] = ()) -> dict[str, Any]:
+    """One comparison; ``rounds`` are the per-round ratios its value is the median of,
+    listed after the figures."""
+    if rounds:
+        fmt = "{:.1%}" if percent else "{:.2f}"
+        detail += "; rounds " + ", ".join(fmt.format(r) for r in rounds)
     return {"name": name, "value": value, "target": target, "met": met, "detail": detail,
-            "percent": percent}
+            "percent": percent, "rounds": list(rounds)}
 
 
-def _at_most(name: str, value: float | None, limit: float, detail: str) -> dict[str, Any]:
-    return _cmp(name, value, f"≤ {limit:g}", None if value is None else value <= limit, detail)
+def _at_most(name: str, value: float | None, limit: float, detail: str,
+             rounds: Sequence[float] = ()) -> dict[str, Any]:
+    return _cmp(name, value, f"≤ {limit:g}", None if value is None else value <= limit,
+                detail, rounds=rounds)
+
+
+def _vs(name: str, a: _Side, b: _Side, limit: float, detail: str) -> dict[str, Any]:
+    """``a / b ≤ limit``, judged on the median of the paired per-round ratios."""
+    value, rounds = _paired_ratio(a, b)
+    return _at_most(name, value, limit, detail, rounds)
 
 
 def _chain_overhead(name: str, label: str, ax: Any, peer: Any) -> dict[str, Any]:
-    a = _get(ax, "node_latency", "ready_to_committed", "p50_ms")
-    b = _get(peer, "step_interval", "p50_ms")
-    return _at_most(name, _ratio(a, b), PEER_TARGET,
-                    f"ax ready→committed p50 {a} ms vs {label} step p50 {b} ms")
+    a = _side(ax, "node_latency", "ready_to_committed", "p50_ms")
+    b = _side(peer, "step_interval", "p50_ms")
+    return _vs(name, a, b, PEER_TARGET,
+               f"ax ready→committed p50 {a[0]} ms vs {label} step p50 {b[0]} ms")
+
+
+def _wall_per_node(name: str, ax_label: str, ax: Any, label: str, peer: Any) \
+        -> dict[str, Any]:
+    """ax's wall time per node against a peer's."""
+    a, b = _side(ax, "wall_per_node_ms"), _side(peer, "wall_per_node_ms")
+    return _vs(name, a, b, PEER_TARGET, f"{ax_label} {a[0]} ms vs {label} {b[0]} ms")
 
 
 def _vs_peer(emb: _Result, peers: _Result, scaling: _Result) -> list[dict[str, Any]]:
@@ -115,10 +192,8 @@ def _vs_peer(emb: _Result, peers: _Result, scaling: _Result) -> list[dict[str, A
         for label, key, _ in _PEERS:
             peer: Any = _get(peers, key, name)
             if _ok(ax) and _ok(peer):
-                a, b = ax["wall_per_node_ms"], peer["wall_per_node_ms"]
-                out.append(_at_most(f"embedded / {label}, {name} wall time per node",
-                                    _ratio(a, b), PEER_TARGET,
-                                    f"ax {a} ms vs {label} {b} ms"))
+                out.append(_wall_per_node(f"embedded / {label}, {name} wall time per node",
+                                          "ax", ax, label, peer))
     return out
 
 
@@ -128,11 +203,11 @@ def _vs_sdk(sdk: _Result, peers: _Result) -> list[dict[str, Any]]:
     one: Any = sdk.get("ax_oneshot")
     lg_one: Any = sdk.get("langgraph_oneshot")
     if _ok(one) and _ok(lg_one):
-        a, b = _get(one, "run_wall", "p50_ms"), _get(lg_one, "run_wall", "p50_ms")
-        out.append(_at_most(
+        a, b = _side(one, "run_wall", "p50_ms"), _side(lg_one, "run_wall", "p50_ms")
+        out.append(_vs(
             "one-shot ax.run / LangGraph open + build + compile + invoke, financial, per "
-            "call (p50)", _ratio(a, b), ONESHOT_TARGET,
-            f"ax.run {a} ms vs LangGraph {b} ms per call"))
+            "call (p50)", a, b, ONESHOT_TARGET,
+            f"ax.run {a[0]} ms vs LangGraph {b[0]} ms per call"))
     for name, label, limit in (("ax_oneshot", "one-shot ax.run", WALL_OVER_CPU_TARGET),
                                ("ax_reuse_financial", "reusable engine", None)):
         r: Any = sdk.get(name)
@@ -140,11 +215,12 @@ def _vs_sdk(sdk: _Result, peers: _Result) -> list[dict[str, Any]]:
             detail = (f"{r['wall_s']} s wall vs {r['cpu_s']} s CPU over {r['runs']} runs "
                       f"(p50 per run {_get(r, 'run_wall', 'p50_ms')} vs "
                       f"{_get(r, 'run_cpu', 'p50_ms')} ms)")
-            ratio = r.get("wall_over_cpu")
-            out.append(_at_most(f"{label} wall / CPU, financial", ratio, limit, detail)
+            ratio, rounds = _round_median(_side(r, "wall_over_cpu"))
+            out.append(_at_most(f"{label} wall / CPU, financial", ratio, limit, detail,
+                                 rounds)
                        if limit is not None else
                        _cmp(f"{label} wall / CPU, financial", ratio, "(no target)", None,
-                            detail))
+                            detail, rounds=rounds))
     chain: Any = sdk.get("ax_reuse_chain")
     fin: Any = sdk.get("ax_reuse_financial")
     # The peers' runs taken next to the reusable engine's, in the SDK section; a run
@@ -160,10 +236,9 @@ def _vs_sdk(sdk: _Result, peers: _Result) -> list[dict[str, Any]]:
         peer_fin: Any = (_get(nearby, key, "financial_sequential")
                          or _get(peers, key, "financial_sequential"))
         if _ok(fin) and _ok(peer_fin):
-            a, b = fin["wall_per_node_ms"], peer_fin["wall_per_node_ms"]
-            out.append(_at_most(f"reusable engine / {label}, financial wall time per node",
-                                _ratio(a, b), PEER_TARGET,
-                                f"ax engine.run {a} ms vs {label} {b} ms"))
+            out.append(_wall_per_node(
+                f"reusable engine / {label}, financial wall time per node",
+                "ax engine.run", fin, label, peer_fin))
     return out
 
 
@@ -192,27 +267,31 @@ def _vs_reconciler(rec: _Result) -> list[dict[str, Any]]:
 
 def _vs_floor(label: str, section: _Result, floors: _Result, target: float) \
         -> list[dict[str, Any]]:
-    """Each workload of ``section`` against the floor measured as the section started
-    (``section["floor"]``), or else the run's first floor (``floors``)."""
+    """Each workload of ``section`` against the floor measured as the section started:
+    round i of the workload against the floor of round i (``section["floors"]``; the
+    median round is ``section["floor"]``), or else the run's first floor (``floors``)."""
     own = _get(section, "floor", "floor") or {}
+    own_rounds = _get(section, "floors")
     out = []
     for name, result in (_get(section, "workloads") or {}).items():
         floor_name = _FLOOR_OF.get(name) or ""
-        floor = _get(own, floor_name, "nodes_per_s")
+        floor: _Side = (_get(own, floor_name, "nodes_per_s"),
+                        [_get(f, "floor", floor_name, "nodes_per_s") if _ok(f) else None
+                         for f in own_rounds] if isinstance(own_rounds, Sequence) else None)
         where = "this section's"
-        if floor is None:
-            floor, where = _get(floors, floor_name, "nodes_per_s"), "the run's"
-        if not _ok(result) or floor is None:
+        if floor[0] is None:
+            floor, where = (_get(floors, floor_name, "nodes_per_s"), None), "the run's"
+        if not _ok(result) or floor[0] is None:
             continue
-        r = _ratio(result["nodes_per_s"], floor)
+        r, rounds = _paired_ratio(_side(result, "nodes_per_s"), floor)
         first = _get(floors, floor_name, "nodes_per_s")
         out.append(_cmp(f"{label} {name} / floor", r, f"≥ {target:.0%}",
                         None if r is None else r >= target,
                         f"{result['nodes_per_s']} nodes/s vs {where} {floor_name} floor "
-                        f"{floor} nodes/s"
+                        f"{floor[0]} nodes/s"
                         + (f" (the run's first: {first})"
                            if where == "this section's" and first is not None else ""),
-                        percent=True))
+                        percent=True, rounds=rounds))
     return out
 
 
@@ -308,6 +387,39 @@ def _verdict(met: bool | None) -> str:
     return "-" if met is None else ("met" if met else "**missed**")
 
 
+def _oddities(run: _Result) -> list[str]:
+    """What looked odd in one run of an ax workload: the harness's anomalies, a commit
+    that took a fifth of the run, warnings and errors the servers logged."""
+    notes = [f"{k} {v}" for k, v in (run.get("anomalies") or {}).items()]
+    slow = run.get("slowest_commit") or {}
+    if slow.get("share_of_wall", 0) >= 0.2:
+        notes.append(f"node {slow['node']} took {slow['claimed_to_committed_s']:.1f} s to "
+                     f"commit ({slow['share_of_wall']:.0%} of the run)")
+    logs = sum(p["count"] for p in (run.get("log_problems") or {}).values())
+    if logs:
+        notes.append(f"{logs} log warnings/errors")
+    return notes
+
+
+def _round_notes(r: _Result, oddities: Any = _oddities) -> str | None:
+    """The anomalies column of a workload run in rounds: what went wrong in each round,
+    not only in the round shown (a failed round, tasks that did not succeed,
+    ``oddities``); None for a workload run once."""
+    rounds = r.get("rounds")
+    if not isinstance(rounds, Sequence):
+        return None
+    notes = []
+    for i, run in enumerate(rounds, 1):
+        if not _ok(run):
+            found = [f"failed ({_get(run, 'error')})"]
+        else:
+            bad = {k: v for k, v in (run.get("statuses") or {}).items() if k != "SUCCEEDED"}
+            found = ([f"not succeeded {bad}"] if bad else []) + oddities(run)
+        if found:
+            notes.append(f"round {i}: {', '.join(found)}")
+    return "; ".join(notes) or "none"
+
+
 def _engine_rows(label: str, workloads: _Result) -> list[list[Any]]:
     rows: list[list[Any]] = []
     for name, r in workloads.items():
@@ -323,23 +435,14 @@ def _engine_rows(label: str, workloads: _Result) -> list[list[Any]]:
                 k: r["peak_rss_mib"].get(k, "-") for k in ("api", "executor0")})
         bad = {k: v for k, v in r.get("statuses", {}).items() if k != "SUCCEEDED"}
         size = f"{r['shape']} {r['size']}" if r.get("size") else r["shape"]
-        odd = ", ".join(f"{k} {v}" for k, v in (r.get("anomalies") or {}).items())
-        slow = r.get("slowest_commit") or {}
-        if slow.get("share_of_wall", 0) >= 0.2:
-            odd += (f"{', ' if odd else ''}node {slow['node']} took "
-                    f"{slow['claimed_to_committed_s']:.1f} s to commit "
-                    f"({slow['share_of_wall']:.0%} of the run)")
-        logs = sum(p["count"] for p in (r.get("log_problems") or {}).values())
-        if logs:
-            odd += f"{', ' if odd else ''}{logs} log warnings/errors"
+        odd = _round_notes(r) or ", ".join(_oddities(r)) or "none"
         rows.append([
             label, name + (f" ⚠ {bad}" if bad else ""),
             f"{size} x {r['tasks']}" + (f" ({r['inflight']} in flight)"
                                         if r.get("inflight", 1) > 1 else ""),
             r["nodes"], r["nodes_per_s"], r["tasks_per_s"], r["wall_per_node_ms"],
             lat.get("p50_ms"), lat.get("p99_ms"), r.get("cpu_per_node_ms"),
-            r.get("write_txns_per_node"), r.get("reads_per_node", "-"), conflicts, rss,
-            odd or "none",
+            r.get("write_txns_per_node"), r.get("reads_per_node", "-"), conflicts, rss, odd,
         ])
     return rows
 
@@ -358,7 +461,7 @@ def _peer_rows(label: str, workloads: _Result) -> list[list[Any]]:
                                         if r.get("inflight", 1) > 1 else ""),
             r["nodes"], r["nodes_per_s"], r["tasks_per_s"], r["wall_per_node_ms"],
             step.get("p50_ms"), step.get("p99_ms"), r.get("cpu_per_node_ms"), "-", "-", "-",
-            _get(r, "process", "peak_rss_mib"), "-",
+            _get(r, "process", "peak_rss_mib"), _round_notes(r, lambda _: []) or "-",
         ])
     return rows
 
@@ -464,8 +567,9 @@ def _sdk_md(sdk: _Result) -> str:
             nearby.append(f"{label} financial {_get(fin, 'wall_per_node_ms') or '-'} ms "
                           f"wall/node, chain step p50 "
                           f"{_get(chain, 'step_interval', 'p50_ms') or '-'} ms")
-    after = (" The reusable engine's targets hold it against the peers' runs taken right "
-             f"after it, in this section: {'; '.join(nearby)}." if nearby else "")
+    after = (" The reusable engine's targets hold it against the peers' runs taken in "
+             f"turns with it, round by round, in this section (median rounds: "
+             f"{'; '.join(nearby)})." if nearby else "")
     return ("Per call: wall time (`perf_counter`) and CPU time (`time.process_time`, every "
             "thread); wall/CPU is over all timed calls. The last-but-one column is "
             "`ax.open`'s time in seconds, or LangGraph's build + compile p50 in ms."
@@ -514,20 +618,30 @@ def markdown(results: _Result) -> str:
         f"{v.get('redis')}, LangGraph {v.get('langgraph')} "
         f"(checkpoint-sqlite {v.get('langgraph-checkpoint-sqlite')}), DBOS {v.get('dbos')}.\n")
     out.append("## Targets\n")
+    rounds = _get(meta, "sizes", "rounds")
+    if isinstance(rounds, int) and rounds > 1:
+        out.append(f"Each workload compared ran {rounds} times, in rounds that took turns "
+                   "(round 1 of each side, then round 2, ...). A ratio is the median of "
+                   "its per-round ratios, round i against round i (listed after the "
+                   "figures); the figures are each side's median round.\n")
     rows = [[c["name"], f"{c['value']:.1%}" if c.get("percent") and c["value"] is not None
              else c["value"], c["target"], _verdict(c["met"]), c["detail"]]
             for c in summary.get("comparisons", [])]
     out.append(_table(["comparison", "ratio", "target", "verdict", "figures"], rows))
     out.append("\n## Floor (same run)\n")
     out.append(_floor_md(results.get("floor", {})))
-    again = [[label, name, v["nodes_per_s"], v["per_node_ms"]]
+    again = [[label, name, v["nodes_per_s"], v["per_node_ms"],
+              ", ".join(_f(_get(f, "floor", name, "nodes_per_s"))
+                        for f in _get(results, key, "floors") or []) or "-"]
              for label, key in (("etcd + Redis in process", "etcd_redis"),
                                 ("API + executors", "api"))
              for name, v in (_get(results, key, "floor", "floor") or {}).items()]
     if again:
-        out.append("\nMeasured again as each section started, on its servers (its "
-                   "workloads are held against these):\n\n")
-        out.append(_table(["section", "floor", "nodes/s", "ms per node"], again))
+        out.append("\nMeasured again at the start of every round of a section, on its "
+                   "servers (each round of its workloads is held against its round's "
+                   "floor); the median round by the sequential floor, then every round:\n\n")
+        out.append(_table(["section", "floor", "nodes/s", "ms per node", "rounds nodes/s"],
+                          again))
     out.append("\n## Engines, same shapes\n")
     out.append("Per-node latency is `ready` → `committed` from each task's timeline for ax "
                "(it includes queueing when many nodes are ready at once) and the interval "

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -19,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from bench.runner import Runner
+from bench.runner import QUICK, Runner
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -116,7 +117,7 @@ def test_floor_and_engines_are_well_formed(
 def test_ax_and_the_peers_take_turns_shape_by_shape_and_size_by_size(
         quick_run: tuple[dict[str, Any], str, str]) -> None:
     # The machine's speed drifts over minutes: a ratio compares figures taken next to
-    # each other, not sections apart.
+    # each other, not sections apart, and its rounds take turns.
     log = quick_run[2]
 
     def at(label: str) -> int:
@@ -129,6 +130,66 @@ def test_ax_and_the_peers_take_turns_shape_by_shape_and_size_by_size(
     # (The quick main chain has 20 nodes: its scaling entry reuses the engines' run.)
     assert at("scaling: embedded chain of 10 ") < at("scaling: langgraph chain of 10 ") \
         < at("scaling: dbos chain of 10 ") < at("scaling: chain of 20: reusing")
+
+    # Every child started in rounds, in the order it started: (label, round).
+    started = [(label, int(r)) for label, r in re.findall(
+        r"\] (.+?) \(round (\d+)/\d+\) \.\.\.$", log, re.MULTILINE)]
+    rounds = QUICK.rounds
+    for turns in (("embedded: chain of", "langgraph: chain (", "dbos: chain ("),
+                  ("sdk: ax.run x", "sdk: langgraph open"),
+                  ("sdk: ax.open, engine.run x 1 (chain", "langgraph: chain (",
+                   "dbos: chain ("),
+                  ("scaling: embedded chain of 10 ", "scaling: langgraph chain of 10 ",
+                   "scaling: dbos chain of 10 ")):
+        # From the group's first line on: round 1 of each turn, then round 2 of each.
+        first = next(i for i, (label, _) in enumerate(started) if label.startswith(turns[0]))
+        got = [(next((t for t in turns if label.startswith(t)), label), r)
+               for label, r in started[first:first + len(turns) * rounds]]
+        assert got == [(t, r) for r in range(1, rounds + 1) for t in turns], got
+    # The etcd + Redis section measures its floor first in every round.
+    etcd = [(label, r) for label, r in started if label.startswith("etcd+redis: ")]
+    assert [r for _, r in etcd] == sorted(r for _, r in etcd)
+    for r in range(1, rounds + 1):
+        this_round = [label for label, rr in etcd if rr == r]
+        assert this_round[0] == "etcd+redis: etcd + Redis floor for this section"
+        assert len(this_round) == 8, this_round
+
+
+@pytest.mark.timeout(600)
+def test_compared_workloads_keep_every_round(
+        quick_run: tuple[dict[str, Any], str, str]) -> None:
+    results = quick_run[0]
+    rounds = QUICK.rounds
+    assert results["meta"]["sizes"]["rounds"] == rounds > 1
+    kept: dict[str, Any] = {
+        **{f"embedded/{n}": r for n, r in results["embedded"]["workloads"].items()},
+        **{f"etcd_redis/{n}": r for n, r in results["etcd_redis"]["workloads"].items()},
+        **{f"sdk/{n}": results["sdk"][n] for n in ("ax_oneshot", "langgraph_oneshot",
+                                                   "ax_reuse_financial", "ax_reuse_chain")},
+        **{f"{peer}/{n}": r for peer in ("langgraph", "dbos")
+           for n, r in results["peer"][peer].items()},
+        **{f"sdk/{peer}/{n}": r for peer, runs in results["sdk"]["peers"].items()
+           for n, r in runs.items()},
+        **{f"scaling/{key}/{n}": results["scaling"][key][n]
+           for key in ("chain", "langgraph_chain", "dbos_chain")
+           for n in results["scaling"][key] if int(n) <= results["meta"]["sizes"]["chain"]},
+    }
+    if results["api"]["status"] == "measured":
+        kept.update({f"api/{n}": r for n, r in results["api"]["workloads"].items()})
+    for name, r in kept.items():
+        assert len(r["rounds"]) == rounds, name
+        # The result shown is one of its rounds, and a round holds no rounds of its own.
+        assert {k: v for k, v in r.items() if k != "rounds"} in r["rounds"], name
+        assert all("rounds" not in each for each in r["rounds"]), name
+    for section in ("etcd_redis", "api"):
+        if section == "api" and results["api"]["status"] != "measured":
+            continue
+        floors = results[section]["floors"]
+        assert len(floors) == rounds and results[section]["floor"] in floors, section
+    # Every ratio with two sides was judged on its rounds.
+    judged = [c for c in results["summary"]["comparisons"]
+              if c["name"].startswith(("embedded / ", "etcd+Redis in-process", "one-shot"))]
+    assert judged and all(len(c["rounds"]) == rounds for c in judged), judged
 
 
 def test_peer_api_validation_profile_and_summary(
