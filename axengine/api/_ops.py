@@ -33,7 +33,7 @@ from axengine.engine import (
     fit_problem,
 )
 from axengine.engine._reads import Approval, DagInfo
-from axengine.errors import Conflict, DagError, DagProblem, InputError, NotFound
+from axengine.errors import DagError, DagProblem, InputError, NotFound
 from axengine.lru import Lru
 from axengine.wire import dag_json, event_json, node_json, task_json
 
@@ -196,10 +196,11 @@ async def submit_task(engine: Engine, dag: Dag, task_input: Any, *, idempotency_
                       deadline_seconds: float | None, principal: Principal,
                       quotas: Quotas = UNLIMITED) -> SubmitResult:
     """Submit as ``principal`` (recorded as ``submitted_by``; idempotency keys are
-    scoped to it). The deployment's quotas are checked first, and an idempotency key
-    the principal already used for another DAG is refused before the DAG is stored, so
-    a refused request writes nothing (the engine still decides the rest of the payload
-    comparison atomically).
+    scoped to it). The deployment's quotas are checked first; a refused request writes
+    nothing. The engine decides an idempotency key atomically in the submit's
+    transaction (a repeat returns the task it made, another payload is a conflict and
+    stores nothing), so the key is read here only when the active-task quota would
+    refuse: a repeat creates nothing and is not refused.
 
     Raises:
         InputError: Bad input, or a timeout/deadline above the quotas (400).
@@ -211,25 +212,17 @@ async def submit_task(engine: Engine, dag: Dag, task_input: Any, *, idempotency_
     if not -(2**31) <= priority < 2**31:
         raise InputError(f"priority {priority} is out of range (32-bit integer)")
     check_submit(dag, principal, quotas, priority=priority, deadline_seconds=deadline_seconds)
-    # The key and the active count are independent reads: one round trip for both.
-    known, refusal = await asyncio.gather(
-        _task_for_key(engine, principal, idempotency_key),
-        active_refusal(engine, principal, quotas))
-    if known is not None:
-        existing = await require_task(engine, known)
-        if existing.dag_hash != dag.hash:
-            raise Conflict(f"idempotency key {idempotency_key!r} was used for task "
-                           f"{existing.task_id} with another DAG ({existing.dag_name})")
-    elif refusal is not None:
-        # An idempotent repeat creates nothing: only a new task counts against the quota.
+    refusal = await active_refusal(engine, principal, quotas)
+    if refusal is not None and not await _is_repeat(engine, principal, idempotency_key):
         raise refusal
     return await engine.submit(dag, task_input, idempotency_key=idempotency_key,
                                labels=dict(labels), priority=priority,
                                deadline_seconds=deadline_seconds, submitted_by=principal.name)
 
 
-async def _task_for_key(engine: Engine, principal: Principal, key: str) -> str | None:
-    return await engine.task_for_idempotency_key(principal.name, key) if key else None
+async def _is_repeat(engine: Engine, principal: Principal, key: str) -> bool:
+    """Whether ``principal`` already submitted a task under the idempotency ``key``."""
+    return bool(key) and await engine.task_for_idempotency_key(principal.name, key) is not None
 
 
 Selector = tuple[tuple[str, str, str | None], ...]

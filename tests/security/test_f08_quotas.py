@@ -95,13 +95,22 @@ def test_active_tasks_per_principal_are_bounded(topology: Topology,
                                                 record_property: Any) -> None:
     with http(topology, "submitter") as client:
         made = []
-        for _ in range(ACTIVE_LIMIT):
-            reply = client.post("/v1/tasks", json={"dag_yaml": GATE_YAML})
+        for i in range(ACTIVE_LIMIT):
+            reply = client.post("/v1/tasks", json={"dag_yaml": GATE_YAML,
+                                                   "idempotency_key": f"k{i}"})
             assert reply.status_code == 201, reply.text
             made.append(reply.json()["task_id"])
         task = client.get(f"/v1/tasks/{made[0]}").json()
         assert task["submitted_by"] == "topology-submitter"
-    message = _refused(topology, "submitter", {"dag_yaml": GATE_YAML}, 429)
+        # At the limit, a repeat of a submit creates nothing and is not refused: it
+        # answers with the task it made.
+        again = client.post("/v1/tasks", json={"dag_yaml": GATE_YAML,
+                                               "idempotency_key": "k1"})
+        assert again.status_code == 200, again.text
+        assert again.json() | {"dag_hash": ""} == {"task_id": made[1], "created": False,
+                                                   "dag_hash": ""}
+    message = _refused(topology, "submitter", {"dag_yaml": GATE_YAML,
+                                               "idempotency_key": "new"}, 429)
     assert f"has {ACTIVE_LIMIT} unfinished tasks" in message and f"is {ACTIVE_LIMIT}" in message
     # Another principal is not affected.
     with http(topology, "submitter2") as other:
