@@ -32,7 +32,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 __all__ = ["FLAT", "ONESHOT_TARGET", "PEER_TARGET", "WALL_OVER_CPU_TARGET", "markdown",
-           "summarize"]
+           "not_succeeded", "summarize"]
 
 #: Growth factor up to which a per-node cost counts as flat.
 FLAT = 1.5
@@ -387,6 +387,11 @@ def _verdict(met: bool | None) -> str:
     return "-" if met is None else ("met" if met else "**missed**")
 
 
+def not_succeeded(run: _Result) -> dict[str, int]:
+    """The tasks of one run that did not end SUCCEEDED, counted by status."""
+    return {k: v for k, v in (run.get("statuses") or {}).items() if k != "SUCCEEDED"}
+
+
 def _oddities(run: _Result) -> list[str]:
     """What looked odd in one run of an ax workload: the harness's anomalies, a commit
     that took a fifth of the run, warnings and errors the servers logged."""
@@ -413,7 +418,7 @@ def _round_notes(r: _Result, oddities: Any = _oddities) -> str | None:
         if not _ok(run):
             found = [f"failed ({_get(run, 'error')})"]
         else:
-            bad = {k: v for k, v in (run.get("statuses") or {}).items() if k != "SUCCEEDED"}
+            bad = not_succeeded(run)
             found = ([f"not succeeded {bad}"] if bad else []) + oddities(run)
         if found:
             notes.append(f"round {i}: {', '.join(found)}")
@@ -433,7 +438,7 @@ def _engine_rows(label: str, workloads: _Result) -> list[list[Any]]:
         if isinstance(r.get("peak_rss_mib"), Mapping):  # API: the servers' peaks
             rss = "api {api} / exec {executor0}".format(**{
                 k: r["peak_rss_mib"].get(k, "-") for k in ("api", "executor0")})
-        bad = {k: v for k, v in r.get("statuses", {}).items() if k != "SUCCEEDED"}
+        bad = not_succeeded(r)
         size = f"{r['shape']} {r['size']}" if r.get("size") else r["shape"]
         odd = _round_notes(r) or ", ".join(_oddities(r)) or "none"
         rows.append([

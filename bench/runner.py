@@ -244,7 +244,7 @@ class Runner:
     @staticmethod
     def _engine_line(r: dict[str, Any]) -> str:
         lat = r.get("node_latency", {}).get("ready_to_committed", {})
-        bad = {k: v for k, v in r.get("statuses", {}).items() if k != "SUCCEEDED"}
+        bad = report.not_succeeded(r)
         return (f"{r['nodes_per_s']:.0f} nodes/s, {r['wall_per_node_ms']:.2f} ms/node, "
                 f"ready->committed p50 {lat.get('p50_ms', float('nan')):.2f} ms"
                 + (f", NOT SUCCEEDED: {bad}" if bad else ""))
