@@ -7,6 +7,7 @@ process, no multi-second fault run.
 
 from __future__ import annotations
 
+import gc
 import inspect
 import os
 from collections.abc import Iterator
@@ -23,6 +24,20 @@ for _name in [n for n in os.environ
               if n.startswith(("OPENAI_", "AX_LLM", "AX_HANDLERS__", "AX_TOOL_MODULES"))
               or n in ("AX_CONFIG", "AX_SERVER", "AX_TOKEN", "AX_TOKEN_FILE")]:
     del os.environ[_name]
+
+@pytest.fixture(scope="module", autouse=True)
+def _collect_what_the_module_leaked() -> Iterator[None]:
+    """Collect reference cycles when a module's tests are done.
+
+    An unclosed socket or transport is reported (a ResourceWarning, an error under
+    ``filterwarnings = error``) only when the collector frees it, which can be several
+    modules later on the same worker: CI once failed a test that opens nothing with a
+    socket some earlier module had left open. Collecting here reports a leak in the
+    teardown of the last test of the module that leaked it.
+    """
+    yield
+    gc.collect()
+
 
 #: Fixtures that start real servers or ax processes, by name wherever they are defined:
 #: a test using one, directly or through another fixture, is ``integration``.
