@@ -7,6 +7,7 @@ peers (LangGraph, DBOS), the SDK as users call it and the reconciler's pass, and
     bench/run                      # full run (about ten minutes on two cores)
     bench/run --quick --out /tmp/b # tiny counts: checks the harness, not the engine
     bench/run --section floor --section embedded   # a subset
+    bench/run --section embedded --section peer --shape chain   # one shape, with the peers
 
 Every workload a target compares runs in 3 rounds (2 with ``--quick``) that take turns
 with the workloads it is compared with; each ratio is the median of its per-round
@@ -57,17 +58,22 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help=f"directory for results.json and results.md (default {DEFAULT_OUT})")
     parser.add_argument("--section", action="append", choices=Runner.SECTIONS,
                         help="run only this section (repeatable; default: all)")
+    parser.add_argument("--shape", action="append", choices=Runner.ENGINE_SHAPES,
+                        help="run only this shape's workloads in the embedded, peer, sdk, "
+                        "etcd_redis and api sections (repeatable; default: all; the sdk's "
+                        "financial runs count as financial_sequential)")
     parser.add_argument("--no-readme", action="store_true",
                         help="do not copy the tables into bench/README.md")
     args = parser.parse_args(argv)
     progress = Progress()
     sizes = QUICK if args.quick else FULL
     progress(f"ax bench: {'quick' if args.quick else 'full'} run, results to {args.out}")
-    runner = Runner(sizes, progress, tuple(args.section) if args.section else None)
+    runner = Runner(sizes, progress, tuple(args.section) if args.section else None,
+                    tuple(args.shape) if args.shape else None)
     results = runner.run()
     raw, md = write(results, args.out)
     progress(f"wrote {raw} and {md}")
-    if (not args.no_readme and not args.quick and not args.section
+    if (not args.no_readme and not args.quick and not args.section and not args.shape
             and args.out.resolve() == DEFAULT_OUT.resolve() and update_readme(md.read_text())):
         progress(f"copied the tables into {README}")
     for c in results["summary"]["comparisons"]:

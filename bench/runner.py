@@ -198,16 +198,23 @@ class Runner:
         sizes: Workload sizes (:data:`FULL` or :data:`QUICK`).
         progress: Where progress lines go.
         sections: Sections to run (default: all).
+        shapes: The workloads to run, by the engines' shape names
+            (:attr:`ENGINE_SHAPES`; default: all), in every section that runs them:
+            embedded, peer, sdk, etcd_redis and api (each lane of a shape is that
+            shape). The SDK's financial runs (one-shot and reusable) count as
+            ``financial_sequential``, its reusable chain as ``chain``.
     """
 
     SECTIONS = ("floor", "embedded", "peer", "sdk", "etcd_redis", "reconciler", "scaling",
                 "validation", "profile", "api")
 
     def __init__(self, sizes: Sizes, progress: Progress,
-                 sections: tuple[str, ...] | None = None) -> None:
+                 sections: tuple[str, ...] | None = None,
+                 shapes: tuple[str, ...] | None = None) -> None:
         self.sizes = sizes
         self.progress = progress
         self.sections = sections or self.SECTIONS
+        self.shapes = tuple(s for s in self.ENGINE_SHAPES if s in (shapes or self.ENGINE_SHAPES))
         self.results: dict[str, Any] = {}
         self._servers: dict[str, Any] = {}
 
@@ -346,6 +353,7 @@ class Runner:
         self.results["meta"] = {
             "schema": RESULTS_SCHEMA, "started_at": started.isoformat(timespec="seconds"),
             "sizes": asdict(self.sizes), "quick": self.sizes == QUICK,
+            "sections": list(self.sections), "shapes": list(self.shapes),
             "host": {"cpus": os.cpu_count(), "platform": platform.platform(),
                      "load_start": load()},
             "versions": _versions(),
@@ -403,14 +411,14 @@ class Runner:
             return
         with self._section("embedded") as out:
             out["backend"] = EMBEDDED_BACKEND
-            for shape in self.ENGINE_SHAPES:
+            for shape in self.shapes:
                 self._in_rounds([self._embedded_turn(out, shape)])
 
     def _run_peer(self) -> None:
         if "embedded" in self.sections:
             return  # run with the embedded section (_run_engines)
         with self._section("peer") as out:
-            for shape in self.ENGINE_SHAPES:
+            for shape in self.shapes:
                 self._in_rounds(self._peer_turns(out, shape))
             self._no_celery(out)
 
@@ -421,7 +429,7 @@ class Runner:
         other."""
         with self._section("embedded") as emb, self._section("peer") as peer:
             emb["backend"] = EMBEDDED_BACKEND
-            for shape in self.ENGINE_SHAPES:
+            for shape in self.shapes:
                 self._in_rounds([self._embedded_turn(emb, shape),
                                  *self._peer_turns(peer, shape)])
             self._no_celery(peer)
@@ -482,40 +490,42 @@ class Runner:
         s = self.sizes
         with self._section("sdk") as out:
             base = {"part": "sdk", "latency_tasks": s.latency_tasks}
-            self._in_rounds([
-                self._child_turn(
-                    out, "ax_oneshot",
-                    f"sdk: ax.run x {s.sdk_oneshot_runs} (financial, one shot each)",
-                    {**base, "mode": "oneshot", "shape": "financial",
-                     "runs": s.sdk_oneshot_runs}, self._run_line, WALL_PER_CALL),
-                self._child_turn(
-                    out, "langgraph_oneshot",
-                    f"sdk: langgraph open + build + compile + invoke x "
-                    f"{s.sdk_oneshot_runs} (financial)",
-                    {"part": "peer", "mode": "oneshot", "runs": s.sdk_oneshot_runs},
-                    self._run_line, WALL_PER_CALL),
-            ])
             # The reusable engine is held against the peers' runs of the same shape
             # taken in turns with it (the machine's speed drifts over a run).
             peers = out.setdefault("peers", {})
             with_peers = "peer" in self.sections
-            self._in_rounds([
-                self._child_turn(
-                    out, "ax_reuse_financial",
-                    f"sdk: ax.open, engine.run x {s.sdk_reuse_runs} (financial)",
-                    {**base, "mode": "reuse", "shape": "financial", "runs": s.sdk_reuse_runs},
-                    self._run_line, WALL_PER_CALL),
-                *(self._peer_turns(peers, "financial_sequential") if with_peers else []),
-            ])
-            self._in_rounds([
-                self._child_turn(
-                    out, "ax_reuse_chain",
-                    f"sdk: ax.open, engine.run x {s.sdk_reuse_chain_runs} "
-                    f"(chain of {s.chain})",
-                    {**base, "mode": "reuse", "shape": "chain", "size": s.chain,
-                     "runs": s.sdk_reuse_chain_runs, "warmup": 1}, self._run_line),
-                *(self._peer_turns(peers, "chain") if with_peers else []),
-            ])
+            if "financial_sequential" in self.shapes:
+                self._in_rounds([
+                    self._child_turn(
+                        out, "ax_oneshot",
+                        f"sdk: ax.run x {s.sdk_oneshot_runs} (financial, one shot each)",
+                        {**base, "mode": "oneshot", "shape": "financial",
+                         "runs": s.sdk_oneshot_runs}, self._run_line, WALL_PER_CALL),
+                    self._child_turn(
+                        out, "langgraph_oneshot",
+                        f"sdk: langgraph open + build + compile + invoke x "
+                        f"{s.sdk_oneshot_runs} (financial)",
+                        {"part": "peer", "mode": "oneshot", "runs": s.sdk_oneshot_runs},
+                        self._run_line, WALL_PER_CALL),
+                ])
+                self._in_rounds([
+                    self._child_turn(
+                        out, "ax_reuse_financial",
+                        f"sdk: ax.open, engine.run x {s.sdk_reuse_runs} (financial)",
+                        {**base, "mode": "reuse", "shape": "financial",
+                         "runs": s.sdk_reuse_runs}, self._run_line, WALL_PER_CALL),
+                    *(self._peer_turns(peers, "financial_sequential") if with_peers else []),
+                ])
+            if "chain" in self.shapes:
+                self._in_rounds([
+                    self._child_turn(
+                        out, "ax_reuse_chain",
+                        f"sdk: ax.open, engine.run x {s.sdk_reuse_chain_runs} "
+                        f"(chain of {s.chain})",
+                        {**base, "mode": "reuse", "shape": "chain", "size": s.chain,
+                         "runs": s.sdk_reuse_chain_runs, "warmup": 1}, self._run_line),
+                    *(self._peer_turns(peers, "chain") if with_peers else []),
+                ])
 
     def _run_reconciler(self) -> None:
         s = self.sizes
@@ -567,7 +577,8 @@ class Runner:
                     shape=kind, size=size, tasks=tasks, inflight=inflight, lane=lane,
                     store_url=self._etcd_store_url,
                     queue_url=f"{self._redis.url}/0?prefix=bench{i}", server_pids=pids)
-                for i, (name, kind, size, tasks, inflight, lane) in enumerate(runs))])
+                for i, (name, kind, size, tasks, inflight, lane) in enumerate(runs)
+                if name.startswith(self.shapes))])
 
     def _run_scaling(self) -> None:
         """The embedded chain at each length next to LangGraph's and DBOS's (up to the
@@ -699,7 +710,8 @@ class Runner:
                                                   "tasks": tasks, "inflight": inflight,
                                                   "lane": lane}),
                          keep_median(w, name))
-                    for name, kind, size, tasks, inflight, lane in runs)])
+                    for name, kind, size, tasks, inflight, lane in runs
+                    if name.startswith(self.shapes))])
             finally:
                 topology.stop()
 
