@@ -59,9 +59,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--section", action="append", choices=Runner.SECTIONS,
                         help="run only this section (repeatable; default: all)")
     parser.add_argument("--shape", action="append", choices=Runner.ENGINE_SHAPES,
-                        help="run only this shape's workloads in the embedded, peer, sdk, "
-                        "etcd_redis and api sections (repeatable; default: all; the sdk's "
-                        "financial runs count as financial_sequential)")
+                        help="run only this shape's workloads in the sections that run "
+                        "the shapes (repeatable; default: all; see bench/README.md)")
     parser.add_argument("--no-readme", action="store_true",
                         help="do not copy the tables into bench/README.md")
     args = parser.parse_args(argv)

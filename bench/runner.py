@@ -122,7 +122,7 @@ QUICK = Sizes(
     etcd_fin_conc=10, etcd_fanout=5,
     api_chain_default=3, api_chain_fast=5, api_fin_seq_default=1, api_fin_seq_fast=2,
     api_fin_conc=6, api_fanout=5,
-    scale_chain=(10, 20), scale_concurrency=(1, 5), scale_tasks=10,
+    scale_chain=(10, 30), scale_concurrency=(1, 5), scale_tasks=10,
     validation_nodes=200, profile_chain=20, latency_tasks=10, timeout=120.0,
 )
 
@@ -201,8 +201,10 @@ class Runner:
         shapes: The workloads to run, by the engines' shape names
             (:attr:`ENGINE_SHAPES`; default: all), in every section that runs them:
             embedded, peer, sdk, etcd_redis and api (each lane of a shape is that
-            shape). The SDK's financial runs (one-shot and reusable) count as
-            ``financial_sequential``, its reusable chain as ``chain``.
+            shape), and scaling. The SDK's financial runs (one-shot and reusable)
+            count as ``financial_sequential``, its reusable chain as ``chain``;
+            scaling's chain series as ``chain``, its series by tasks in flight as
+            ``financial_concurrent``.
     """
 
     SECTIONS = ("floor", "embedded", "peer", "sdk", "etcd_redis", "reconciler", "scaling",
@@ -592,7 +594,7 @@ class Runner:
             chain: dict[str, Any] = out.setdefault("chain", {})
             peers = {"langgraph": out.setdefault("langgraph_chain", {}),
                      "dbos": out.setdefault("dbos_chain", {})}
-            for n in s.scale_chain:
+            for n in s.scale_chain if "chain" in self.shapes else ():
                 # A chain shorter than the main one runs as many times as it takes to make
                 # the main chain's count of nodes, one task after another (ten samples of
                 # a DAG's first run would be mostly its warm-up).
@@ -623,7 +625,7 @@ class Runner:
                              "inflight": 1}, self._peer_line))
                 self._in_rounds(turns)
             conc: dict[str, Any] = out.setdefault("concurrency", {})
-            for c in s.scale_concurrency:
+            for c in s.scale_concurrency if "financial_concurrent" in self.shapes else ():
                 conc[str(c)] = self._ax(
                     f"scaling: embedded financial x {s.scale_tasks}, {c} in flight",
                     shape="financial", tasks=s.scale_tasks, inflight=c)

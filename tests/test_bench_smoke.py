@@ -83,7 +83,7 @@ def _bench(out: Path, sections: tuple[str, ...], shapes: tuple[str, ...] = ()) -
 
 #: The sections (and shapes) each test runs.
 FLOOR_AND_SMALL = ("floor", "reconciler", "validation", "profile")
-ENGINE_SHAPE_SETS = (("financial_sequential", "financial_concurrent"), ("chain", "fanout"))
+ENGINE_SHAPE_SETS = tuple((shape,) for shape in Runner.ENGINE_SHAPES)
 
 
 def test_the_runs_cover_every_section_and_shape() -> None:
@@ -197,10 +197,6 @@ def test_ax_and_the_peers_take_turns_shape_by_shape(tmp_path: Path,
               "chain": "embedded: chain of", "fanout": "embedded: fan-out/fan-in of"}
     for shape in shapes:
         _take_turns(log, (labels[shape], f"langgraph: {shape} (", f"dbos: {shape} ("))
-    if "chain" in shapes:
-        at = log.find
-        assert 0 <= at("embedded: chain of") < at("langgraph: chain (") < at("dbos: chain (") \
-            < at("embedded: fan-out/fan-in of") < at("langgraph: fanout (")
     _judged_on_rounds(results, ("embedded / ",))
 
 
@@ -250,15 +246,32 @@ def test_the_reusable_engine_takes_turns_with_the_peers(tmp_path: Path) -> None:
         _peer_missing(r) for r in results["peer"]["langgraph"].values())
 
 
+def test_scaling_by_tasks_in_flight(tmp_path: Path) -> None:
+    results, markdown, _ = _bench(tmp_path, ("scaling",), ("financial_concurrent",))
+    assert "## Scaling" in markdown
+    conc = results["scaling"]["concurrency"]
+    assert set(conc) == {str(c) for c in QUICK.scale_concurrency}
+    for name, r in conc.items():
+        _check_engine(f"scaling/concurrency/{name}", r)
+        assert r["tasks"] == QUICK.scale_tasks
+    assert results["scaling"]["chain"] == {}
+    growth = results["summary"]["scaling"]["concurrency"]["cpu_per_node_ms"]["growth"]
+    assert growth is not None and growth > 0
+
+
 def test_scaling_takes_turns_size_by_size(tmp_path: Path) -> None:
-    results, markdown, log = _bench(tmp_path, ("scaling",))
+    results, markdown, log = _bench(tmp_path, ("scaling",), ("chain",))
     assert "## Scaling" in markdown
     scaling = results["scaling"]
-    for group in ("chain", "concurrency"):
-        assert len(scaling[group]) >= 2
-        for name, r in scaling[group].items():
-            _check_engine(f"scaling/{group}/{name}", r)
+    assert set(scaling["chain"]) == {str(n) for n in QUICK.scale_chain}
+    assert scaling["concurrency"] == {}
+    for name, r in scaling["chain"].items():
+        _check_engine(f"scaling/chain/{name}", r)
     chain = results["meta"]["sizes"]["chain"]
+    # A chain longer than the main one runs once, without the peers.
+    longer = [n for n in QUICK.scale_chain if n > chain]
+    assert longer and all("rounds" not in scaling["chain"][str(n)] for n in longer)
+    assert not {str(n) for n in longer} & {*scaling["langgraph_chain"], *scaling["dbos_chain"]}
     for key in ("chain", "langgraph_chain", "dbos_chain"):
         if key != "chain":
             assert set(scaling[key]) <= set(scaling["chain"]), key
