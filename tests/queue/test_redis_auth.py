@@ -8,10 +8,12 @@ Right credentials: enqueue, pop and ack work. Wrong or missing ones: a non-retry
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import shutil
 import tempfile
 import uuid
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -152,8 +154,16 @@ def test_unreadable_password_file_names_the_file(auth_redis: AuthRedis, tmp_path
 def test_plain_connection_to_a_tls_port_fails(auth_redis: AuthRedis) -> None:
     url = auth_redis.url(f":{DEFAULT_PASSWORD}@").replace("rediss://", "redis://")
     url = url.split("&ssl_ca_certs")[0] + "&connect_timeout=0.5&socket_timeout=0.5&retries=0"
-    with pytest.raises(QueueError):
-        asyncio.run(_round_trip(url.replace("poll_interval", "x")))
+    with warnings.catch_warnings():
+        # The server resets the connection in the handshake, and redis-py 8.2 sometimes
+        # drops that connection's socket without closing it (CI, twice in three runs on
+        # 2026-12-04: "unclosed transport" collected inside this test and, once, in a
+        # later one; not reproduced in 1,000 runs alone). It is redis-py's to fix; it
+        # is collected here, where it is known, rather than failing some later test.
+        warnings.filterwarnings("ignore", "unclosed", ResourceWarning)
+        with pytest.raises(QueueError):
+            asyncio.run(_round_trip(url))
+        gc.collect()
 
 
 def test_settings_keep_what_redis_py_from_url_reads() -> None:
