@@ -2,7 +2,7 @@
 
 Each test runs a few sections (and the engines' shapes) of ``bench --quick`` in its own
 process, so no test takes long; together they run every section and every shape
-(``test_the_runs_cover_every_section_and_shape``).
+(``test_the_runs_cover_every_section``).
 
 No speed is asserted: the quick counts are far too small to mean anything, and other
 work on the machine moves every figure. What is pinned is the shape of the output
@@ -81,16 +81,14 @@ def _bench(out: Path, sections: tuple[str, ...], shapes: tuple[str, ...] = ()) -
     return Run(results, (out / "results.md").read_text(), proc.stderr)
 
 
-#: The sections (and shapes) each test runs.
+#: The sections the first test runs; each other test runs one section (or the engines
+#: with their peers), the shape-by-shape ones once per shape.
 FLOOR_AND_SMALL = ("floor", "reconciler", "validation", "profile")
-ENGINE_SHAPE_SETS = tuple((shape,) for shape in Runner.ENGINE_SHAPES)
 
 
-def test_the_runs_cover_every_section_and_shape() -> None:
+def test_the_runs_cover_every_section() -> None:
     covered = {*FLOOR_AND_SMALL, "embedded", "peer", "sdk", "scaling", "etcd_redis", "api"}
     assert covered == set(Runner.SECTIONS)
-    assert sorted(s for shapes in ENGINE_SHAPE_SETS for s in shapes) == sorted(
-        Runner.ENGINE_SHAPES)
 
 
 def _started(log: str) -> list[tuple[str, int]]:
@@ -115,6 +113,12 @@ def _keeps_every_round(name: str, r: Mapping[str, Any]) -> None:
     # The result shown is one of its rounds, and a round holds no rounds of its own.
     assert {k: v for k, v in r.items() if k != "rounds"} in r["rounds"], name
     assert all("rounds" not in each for each in r["rounds"]), name
+
+
+def _shapes_of(workloads: Mapping[str, Any]) -> set[str]:
+    """The shapes of a section's workloads, named ``<shape>[_default_lane|_fast_lane]``."""
+    return {name.removesuffix("_fast_lane").removesuffix("_default_lane")
+            for name in workloads}
 
 
 def _judged_on_rounds(results: Mapping[str, Any], prefixes: tuple[str, ...]) -> None:
@@ -166,21 +170,20 @@ def test_floor_reconciler_validation_and_profile(tmp_path: Path) -> None:
         assert set(c) >= {"name", "value", "target", "met", "detail"}
 
 
-@pytest.mark.parametrize("shapes", ENGINE_SHAPE_SETS, ids="+".join)
-def test_ax_and_the_peers_take_turns_shape_by_shape(tmp_path: Path,
-                                                    shapes: tuple[str, ...]) -> None:
+@pytest.mark.parametrize("shape", Runner.ENGINE_SHAPES)
+def test_ax_and_the_peers_take_turns_shape_by_shape(tmp_path: Path, shape: str) -> None:
     # The machine's speed drifts over minutes: a ratio compares figures taken next to
     # each other, not sections apart, and its rounds take turns.
-    results, markdown, log = _bench(tmp_path, ("embedded", "peer"), shapes)
+    results, markdown, log = _bench(tmp_path, ("embedded", "peer"), (shape,))
     assert "## Engines, same shapes" in markdown
     workloads = results["embedded"]["workloads"]
-    assert set(workloads) == set(shapes)
+    assert set(workloads) == {shape}
     for name, r in workloads.items():
         _check_engine(f"embedded/{name}", r)
         _keeps_every_round(f"embedded/{name}", r)
     for peer in ("langgraph", "dbos"):
         runs = results["peer"][peer]
-        assert set(runs) == set(shapes), peer
+        assert set(runs) == {shape}, peer
         for name, r in runs.items():
             _keeps_every_round(f"{peer}/{name}", r)
             if _peer_missing(r):
@@ -195,8 +198,7 @@ def test_ax_and_the_peers_take_turns_shape_by_shape(tmp_path: Path,
               "financial_concurrent": f"embedded: financial x {QUICK.fin_tasks}, "
                                       f"{QUICK.fin_inflight} in flight",
               "chain": "embedded: chain of", "fanout": "embedded: fan-out/fan-in of"}
-    for shape in shapes:
-        _take_turns(log, (labels[shape], f"langgraph: {shape} (", f"dbos: {shape} ("))
+    _take_turns(log, (labels[shape], f"langgraph: {shape} (", f"dbos: {shape} ("))
     _judged_on_rounds(results, ("embedded / ",))
 
 
@@ -284,14 +286,11 @@ def test_scaling_takes_turns_size_by_size(tmp_path: Path) -> None:
     assert growth is not None and growth > 0
 
 
-@pytest.mark.parametrize("shapes", ENGINE_SHAPE_SETS, ids="+".join)
-def test_etcd_redis_rounds_start_with_their_floor(tmp_path: Path,
-                                                  shapes: tuple[str, ...]) -> None:
-    results, _, log = _bench(tmp_path, ("etcd_redis",), shapes)
+@pytest.mark.parametrize("shape", Runner.ENGINE_SHAPES)
+def test_etcd_redis_rounds_start_with_their_floor(tmp_path: Path, shape: str) -> None:
+    results, _, log = _bench(tmp_path, ("etcd_redis",), (shape,))
     section = results["etcd_redis"]
-    # Each shape in each lane.
-    assert {k.split("_fast_lane")[0].split("_default_lane")[0]
-            for k in section["workloads"]} == set(shapes)
+    assert _shapes_of(section["workloads"]) == {shape}
     for name, r in section["workloads"].items():
         _check_engine(f"etcd_redis/{name}", r)
         _keeps_every_round(f"etcd_redis/{name}", r)
@@ -312,16 +311,15 @@ def test_etcd_redis_rounds_start_with_their_floor(tmp_path: Path,
         assert len(this_round) == 1 + len(section["workloads"]), this_round
 
 
-@pytest.mark.parametrize("shapes", ENGINE_SHAPE_SETS, ids="+".join)
-def test_api_and_executors(tmp_path: Path, shapes: tuple[str, ...]) -> None:
-    results = _bench(tmp_path, ("api",), shapes).results
+@pytest.mark.parametrize("shape", Runner.ENGINE_SHAPES)
+def test_api_and_executors(tmp_path: Path, shape: str) -> None:
+    results = _bench(tmp_path, ("api",), (shape,)).results
     api = results["api"]
     assert api["status"] in ("measured", "not measured yet")
     if api["status"] != "measured":
         assert api["reason"]
         return
-    assert {k.split("_fast_lane")[0].split("_default_lane")[0]
-            for k in api["workloads"]} == set(shapes)
+    assert _shapes_of(api["workloads"]) == {shape}
     for name, r in api["workloads"].items():
         assert "error" not in r, f"api/{name}: {r}"
         assert r["statuses"] == {"SUCCEEDED": r["tasks"]}, name
