@@ -52,7 +52,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="bench", description="ax cost per node against the floor and its peers")
     parser.add_argument("--quick", action="store_true",
-                        help="tiny counts, 2 rounds (about two minutes): checks that "
+                        help="tiny counts, 2 rounds (about 90 s): checks that "
                         "every part runs")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT,
                         help=f"directory for results.json and results.md (default {DEFAULT_OUT})")
