@@ -4,8 +4,9 @@ Every metric, with its labels and how to read it: docs/observability.md. Where e
 comes from:
 
 - ``ax_snapshot_write_seconds``: :class:`TimedStore`, a thin wrapper around the state
-  store that times every ``txn`` the engine makes (:meth:`AxMetrics.wrap_store`, applied
-  where the store is built: :func:`axengine.wiring.build_runtime`).
+  store that times every ``txn`` the engine makes that may write (:meth:`AxMetrics.wrap_store`,
+  applied where the store is built: :func:`axengine.wiring.build_runtime`); transactions
+  that only read, e.g. a reconciler pass's batches of snapshots, are not writes.
 - ``ax_node_outcomes_total``, ``ax_lease_expiries_total``, ``ax_retries_exhausted_total``,
   ``ax_tasks_finished_total``: the engine's commit listener. Events carry their kind but
   not the node type, and listeners are synchronous, so the listener only records
@@ -61,7 +62,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, start_wsgi_server
 from axengine.dag import base_id
 from axengine.errors import InputError, NotFound
 from axengine.records import COMPOSITE_OWNERS, Event, NodeState, Snapshot, TaskRecord
-from axengine.store import Compare, Op, StateStore, StoreWrapper, TxnResult
+from axengine.store import Compare, Delete, Op, Put, StateStore, StoreWrapper, TxnResult
 from executors.contract import NodeRequest, Success
 from executors.metrics import LLM_REQUEST_SECONDS, MAX_LABEL
 
@@ -102,6 +103,8 @@ RUN_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.
 #: ``ax_nodes`` states, by the node state they count.
 _NODE_GAUGES = {NodeState.RUNNING: "running", NodeState.WAITING: "waiting",
                 NodeState.PAUSED: "paused"}
+#: The node states a scrape reads from the snapshots (paused ones come from the counters).
+_SCANNED = frozenset({NodeState.RUNNING, NodeState.WAITING})
 
 
 @dataclass(frozen=True)
@@ -113,7 +116,8 @@ class _Pending:
 
 
 class TimedStore(StoreWrapper):
-    """A :class:`StateStore` that times ``txn`` into a histogram and delegates the rest."""
+    """A :class:`StateStore` that times each ``txn`` with a write in either branch into
+    a histogram, and delegates the rest (read-only transactions included)."""
 
     def __init__(self, inner: StateStore, histogram: Histogram) -> None:
         super().__init__(inner)
@@ -121,6 +125,8 @@ class TimedStore(StoreWrapper):
 
     async def txn(self, compares: Sequence[Compare], success: Sequence[Op],
                   failure: Sequence[Op] = ()) -> TxnResult:
+        if not any(isinstance(op, Put | Delete) for op in (*success, *failure)):
+            return await self.inner.txn(compares, success, failure)
         started = time.perf_counter()
         result = "error"
         try:
@@ -191,7 +197,7 @@ class AxMetrics:
     # ------------------------------------------------------------------ feeding
 
     def wrap_store(self, store: StateStore) -> StateStore:
-        """``store`` with every transaction timed into ``ax_snapshot_write_seconds``
+        """``store`` with every writing transaction timed into ``ax_snapshot_write_seconds``
         (give the engine the wrapped store)."""
         if isinstance(store, TimedStore):
             return store
@@ -336,18 +342,17 @@ class AxMetrics:
         now = engine.clock()
         states = dict.fromkeys(_NODE_GAUGES.values(), 0)
         oldest: dict[str, float] = {}
-        scanned = 0
+        active: dict[str, TaskRecord] = {}
         for task in await engine.unfinished_tasks():
             states["paused"] += task.counts.get(NodeState.PAUSED.value, 0)
             # Waiting and running nodes share one counter ("ACTIVE"): the snapshots
             # tell them apart.
-            if not task.counts.get("ACTIVE") or scanned >= OLDEST_WAITING_SCAN:
-                continue
-            scanned += 1
-            lanes = await self._node_lanes(engine, task)
-            for snap in await engine.snapshots(task.task_id):
-                if snap.state in (NodeState.RUNNING, NodeState.WAITING) \
-                        and snap.owner not in COMPOSITE_OWNERS:  # (its instances count)
+            if task.counts.get("ACTIVE") and len(active) < OLDEST_WAITING_SCAN:
+                active[task.task_id] = task
+        async for task_id, snaps in engine.snapshots_each(list(active), states=_SCANNED):
+            lanes = await self._node_lanes(engine, active[task_id])
+            for snap in snaps:
+                if snap.owner not in COMPOSITE_OWNERS:  # (its instances count)
                     states[_NODE_GAUGES[snap.state]] += 1
                 age = waiting_age(snap, now)
                 if age is not None:

@@ -44,7 +44,9 @@ from bench.common import summary
 
 __all__ = ["run"]
 
-_READS = ("get", "get_many", "range")
+#: What counts as a store read of a pass: a read-only transaction (a batch of tasks'
+#: snapshots) is one.
+_READS = ("get", "get_many", "range", "read_txns")
 
 
 async def _finished_template(engine: Engine, worker: Worker, dag: Any) -> tuple[Any, ...]:

@@ -117,12 +117,15 @@ class Reconciler:
         # taken for lost on this pass: a fan-out readied mid-pass would be queued twice.
         queued = await engine.queue.queued()
         still_waiting: dict[tuple[str, str], float] = {}
-        for task in await engine.unfinished_tasks():
+        tasks = {task.task_id: task for task in await engine.unfinished_tasks()}
+        # Only the states a pass acts on (a lease or stall to fence, a gate to time out, a
+        # waiting node to re-offer): no other node of a task is decoded. The snapshots
+        # come a batch of tasks per read.
+        async for task_id, active in engine.snapshots_each(list(tasks), states=ACTIVE_STATES):
+            task = tasks[task_id]
             report.tasks += 1
             dag = await engine.get_dag(task.dag_hash)
-            # Only the states a pass acts on (a lease or stall to fence, a gate to time
-            # out, a waiting node to re-offer): no other node of the task is decoded.
-            for snap in await engine.snapshots(task.task_id, states=ACTIVE_STATES):
+            for snap in active:
                 # (A PAUSED task's deadline moves on while it is paused.)
                 past_deadline = bool(task.deadline) and now >= rules.deadline_at(task, now)
                 if is_visit(snap.node_id) or (snap.owner in COMPOSITE_OWNERS

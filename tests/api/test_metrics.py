@@ -15,6 +15,7 @@ from axengine.dag import load_dag_text
 from axengine.engine import Engine, Event, TaskRecord
 from axengine.metrics import AxMetrics
 from axengine.queue.inprocess import InProcessQueue
+from axengine.store import Get, Mod, Put
 from axengine.store.embedded import SqliteStore
 from executors.contract import Failure, Success
 from proto.ax.v1 import ax_pb2 as pb
@@ -108,6 +109,23 @@ def test_a_dags_node_types_are_resolved_once_for_all_its_commits(tmp_path: Path)
     outcomes = "ax_node_outcomes_total"
     assert sample(m, outcomes, node_type="tool_call", outcome="committed") == 50
     assert sample(m, outcomes, node_type="llm_call", outcome="committed") == 50
+
+
+def test_the_timed_store_times_transactions_that_write_and_no_read_only_one(
+        tmp_path: Path) -> None:
+    async def main() -> AxMetrics:
+        metrics = AxMetrics()
+        store = metrics.wrap_store(SqliteStore(path=tmp_path / "ax.db"))
+        await store.txn([], [Put("/k", b"v")])
+        await store.txn([Mod("/k") == 0], [Put("/k", b"w")], [Get("/k")])  # conflict
+        # Reads of a batch (a reconciler pass's snapshots) are not writes.
+        await store.txn([], [Get("/k"), Get("/", prefix=True)])
+        await store.close()
+        return metrics
+
+    m = asyncio.run(main())
+    assert sample(m, "ax_snapshot_write_seconds_count", result="committed") == 1
+    assert sample(m, "ax_snapshot_write_seconds_count", result="conflict") == 1
 
 
 def test_pending_records_are_bounded() -> None:
