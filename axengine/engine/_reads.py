@@ -43,6 +43,8 @@ __all__ = [
 #: Index keys one page of a task listing may read (filters no index serves stop here
 #: and return a short page with a token).
 LIST_SCAN_BUDGET = 5000
+#: Node states an approvals page reads (the gates waiting for a decision).
+_PAUSED = frozenset({NodeState.PAUSED})
 #: Tasks whose snapshots :meth:`EngineReads.snapshots_each` reads in one transaction.
 SNAPSHOT_BATCH = 64
 #: Seconds within which a transition commits after it was decided (clock skew between
@@ -372,17 +374,19 @@ class EngineReads:
     async def approvals_page(self, *, limit: int = 100, page_token: str = "",
                              ) -> tuple[list[Approval], str | None]:
         """Gates waiting for a decision, in the tasks of one page of PAUSED tasks
-        (newest first, through the status index: finished tasks are never read); and the
-        token of the next page of tasks (None: no more). ``limit`` counts tasks."""
+        (newest first, through the status index: finished tasks are never read; their
+        snapshots a batch of tasks per read, :meth:`snapshots_each`); and the token of
+        the next page of tasks (None: no more). ``limit`` counts tasks."""
         tasks, token = await self.task_page(statuses=(TaskStatus.PAUSED,), limit=limit,
                                             page_token=page_token)
         out: list[Approval] = []
-        for task in tasks:
+        by_id = {task.task_id: task for task in tasks}
+        async for task_id, paused in self.snapshots_each(list(by_id), states=_PAUSED):
+            task = by_id[task_id]
             dag = await self.get_dag(task.dag_hash)
-            for snap in await self.snapshots(task.task_id):
+            for snap in paused:
                 node = dag.nodes.get(snap.node_id)
-                if node is None or node.type != "human_gateway" or snap.decision \
-                        or snap.state is not NodeState.PAUSED:
+                if node is None or node.type != "human_gateway" or snap.decision:
                     continue
                 rendered = snap.input
                 if rendered is None and snap.input_ref is not None:

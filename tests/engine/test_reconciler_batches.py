@@ -133,3 +133,29 @@ def test_snapshots_each_yields_every_task_in_order_with_its_own_snapshots(
         await store.close()
 
     asyncio.run(main())
+
+
+GATE = {"name": "gate", "nodes": {
+    "ask": {"type": "human_gateway", "description": "approve {{ input.n }}?",
+            "next": ["after"]},
+    "after": {"type": "tool_call", "tool": "echo", "input": "done"},
+}}
+
+
+def test_an_approvals_page_reads_its_tasks_gates_in_batches(tmp_path: Path) -> None:
+    async def main() -> None:
+        store = _Counting(SqliteStore(path=tmp_path / "ax.db"), None)
+        engine = Engine(store=store, queue=InProcessQueue(), blob_dir=tmp_path / "blobs")
+        dag = load_dag_mapping(GATE, tools={"echo"}, models=set())
+        tasks = [(await engine.submit(dag, {"n": i})).task_id for i in range(TASKS)]
+        store.counts.clear()
+        approvals, _ = await engine.approvals_page(limit=TASKS)
+        assert sorted(a.task.task_id for a in approvals) == sorted(tasks)
+        assert {a.node_id for a in approvals} == {"ask"}
+        assert sorted(a.description for a in approvals) == sorted(
+            f"approve {i}?" for i in range(TASKS))
+        assert store.counts["read_txns"] == math.ceil(TASKS / SNAPSHOT_BATCH)
+        assert store.counts["range"] <= 2  # the PAUSED index
+        await store.close()
+
+    asyncio.run(main())
