@@ -252,10 +252,13 @@ def test_api_killed_between_commit_and_enqueue_is_repaired_by_the_reconciler(
         topo.start_api({"AX_FAULT_POINT": fault} if fault else None)
         return True
 
+    # The API stops while the executors can still answer its goodbye: a paused gRPC
+    # client holds the server's graceful stop for its whole grace (10 s).
+    api.stop()
     topo.pause_executor(0)
     topo.pause_executor(1)
     try:
-        topo.restart_api({"AX_FAULT_POINT": plan[0]})
+        topo.start_api({"AX_FAULT_POINT": plan[0]})
         found, elapsed = run_batch(topo, client, "api-kill",
                                    [(f"death-{i}", die_then_restart) for i in range(3)])
     finally:
