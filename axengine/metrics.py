@@ -342,15 +342,15 @@ class AxMetrics:
         now = engine.clock()
         states = dict.fromkeys(_NODE_GAUGES.values(), 0)
         oldest: dict[str, float] = {}
-        active: dict[str, TaskRecord] = {}
+        active: list[TaskRecord] = []
         for task in await engine.unfinished_tasks():
             states["paused"] += task.counts.get(NodeState.PAUSED.value, 0)
             # Waiting and running nodes share one counter ("ACTIVE"): the snapshots
             # tell them apart.
             if task.counts.get("ACTIVE") and len(active) < OLDEST_WAITING_SCAN:
-                active[task.task_id] = task
-        async for task_id, snaps in engine.snapshots_each(list(active), states=_SCANNED):
-            lanes = await self._node_lanes(engine, active[task_id])
+                active.append(task)
+        async for task, snaps in engine.snapshots_each(active, states=_SCANNED):
+            lanes = await self._node_lanes(engine, task)
             for snap in snaps:
                 if snap.owner not in COMPOSITE_OWNERS:  # (its instances count)
                     states[_NODE_GAUGES[snap.state]] += 1

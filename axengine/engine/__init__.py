@@ -11,7 +11,7 @@ from axengine.blobs import check_digest
 from axengine.engine._budget import TXN_FIXED_OPS, fit_problem, txn_ops_bound
 from axengine.engine._fork import FORKED_FROM_LABEL, RERUN, Fork, fork_task, plan_fork
 from axengine.engine._index import index_writes
-from axengine.engine._reads import SNAPSHOT_BATCH, TaskView, Timeline
+from axengine.engine._reads import SNAPSHOT_BATCH, SNAPSHOT_BATCH_NODES, TaskView, Timeline
 from axengine.engine._reconciler import Reconciler, ReconcileReport
 from axengine.engine._rules import Plan, RuleConfig, holds
 from axengine.engine._runs import ClaimResult, Completed
@@ -36,6 +36,7 @@ __all__ = [
     "LOCAL_PRINCIPAL",
     "RERUN",
     "SNAPSHOT_BATCH",
+    "SNAPSHOT_BATCH_NODES",
     "TXN_FIXED_OPS",
     "BlobRef",
     "ClaimResult",

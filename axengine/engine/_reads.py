@@ -34,6 +34,7 @@ __all__ = [
     "LATE_EVENT_WINDOW",
     "LIST_SCAN_BUDGET",
     "SNAPSHOT_BATCH",
+    "SNAPSHOT_BATCH_NODES",
     "Approval",
     "DagInfo",
     "EngineReads",
@@ -45,8 +46,10 @@ __all__ = [
 LIST_SCAN_BUDGET = 5000
 #: Node states an approvals page reads (the gates waiting for a decision).
 _PAUSED = frozenset({NodeState.PAUSED})
-#: Tasks whose snapshots :meth:`EngineReads.snapshots_each` reads in one transaction.
+#: Most tasks whose snapshots :meth:`EngineReads.snapshots_each` reads in one transaction,
 SNAPSHOT_BATCH = 64
+#: and most snapshots (by the tasks' counters; a larger task is read alone).
+SNAPSHOT_BATCH_NODES = 1024
 #: Seconds within which a transition commits after it was decided (clock skew between
 #: API replicas included): event paging of an unfinished task re-reads this much of the
 #: timeline for events that committed after a later-stamped one.
@@ -244,23 +247,33 @@ class EngineReads:
                  for kv in await self._store.range(self._keys.snapshots(task_id)))
         return [snap for snap in found if snap is not None]
 
-    async def snapshots_each(self, task_ids: Sequence[str], *,
+    async def snapshots_each(self, tasks: Sequence[TaskRecord], *,
                              states: Container[NodeState] | None = None,
-                             ) -> AsyncIterator[tuple[str, list[Snapshot]]]:
-        """:meth:`snapshots` of each of ``task_ids``, in order, read
-        :data:`SNAPSHOT_BATCH` tasks at a time (fewer when the store's ``max_txn_ops``
-        is lower): one read-only transaction per batch instead of one read per task, so
-        a reconciler pass over 1,000 unfinished tasks makes 16 round trips, not 1,000.
-        A batch is read when the caller reaches it, not before."""
+                             ) -> AsyncIterator[tuple[TaskRecord, list[Snapshot]]]:
+        """:meth:`snapshots` of each of ``tasks``, in order, read a batch of tasks per
+        read-only transaction instead of one read per task: a reconciler pass over
+        1,000 unfinished tasks makes 16 round trips, not 1,000. A batch holds at most
+        :data:`SNAPSHOT_BATCH` tasks (fewer when the store's ``max_txn_ops`` is lower)
+        and :data:`SNAPSHOT_BATCH_NODES` snapshots by the tasks' counters (a larger task
+        is read alone), so a batch of tasks with wide maps stays small. A batch is read
+        when the caller reaches it, not before."""
         limit = self._store.max_txn_ops
-        size = min(SNAPSHOT_BATCH, limit) if limit else SNAPSHOT_BATCH
-        for start in range(0, len(task_ids), size):
-            batch = task_ids[start:start + size]
+        most = min(SNAPSHOT_BATCH, limit) if limit else SNAPSHOT_BATCH
+        start = 0
+        while start < len(tasks):
+            end, nodes = start, 0
+            while end < len(tasks) and end - start < most:
+                nodes += sum(tasks[end].counts.values())
+                if end > start and nodes > SNAPSHOT_BATCH_NODES:
+                    break
+                end += 1
+            batch = tasks[start:end]
             result = await self._store.txn(
-                [], [Get(self._keys.snapshots(t), prefix=True) for t in batch])
-            for task_id, kvs in zip(batch, result.reads, strict=True):
+                [], [Get(self._keys.snapshots(t.task_id), prefix=True) for t in batch])
+            for task, kvs in zip(batch, result.reads, strict=True):
                 found = (codec.decode_snapshot_in(kv.value, states) for kv in kvs)
-                yield task_id, [snap for snap in found if snap is not None]
+                yield task, [snap for snap in found if snap is not None]
+            start = end
 
     async def get_task(self, task_id: str, *, resolve_blobs: bool = True) -> TaskView:
         """The task, its DAG and every node snapshot, in DAG order.
@@ -380,9 +393,7 @@ class EngineReads:
         tasks, token = await self.task_page(statuses=(TaskStatus.PAUSED,), limit=limit,
                                             page_token=page_token)
         out: list[Approval] = []
-        by_id = {task.task_id: task for task in tasks}
-        async for task_id, paused in self.snapshots_each(list(by_id), states=_PAUSED):
-            task = by_id[task_id]
+        async for task, paused in self.snapshots_each(tasks, states=_PAUSED):
             dag = await self.get_dag(task.dag_hash)
             for snap in paused:
                 node = dag.nodes.get(snap.node_id)

@@ -117,12 +117,11 @@ class Reconciler:
         # taken for lost on this pass: a fan-out readied mid-pass would be queued twice.
         queued = await engine.queue.queued()
         still_waiting: dict[tuple[str, str], float] = {}
-        tasks = {task.task_id: task for task in await engine.unfinished_tasks()}
         # Only the states a pass acts on (a lease or stall to fence, a gate to time out, a
         # waiting node to re-offer): no other node of a task is decoded. The snapshots
         # come a batch of tasks per read.
-        async for task_id, active in engine.snapshots_each(list(tasks), states=ACTIVE_STATES):
-            task = tasks[task_id]
+        async for task, active in engine.snapshots_each(await engine.unfinished_tasks(),
+                                                        states=ACTIVE_STATES):
             report.tasks += 1
             dag = await engine.get_dag(task.dag_hash)
             for snap in active:

@@ -12,6 +12,7 @@ import math
 import uuid
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,7 @@ from axengine.dag import load_dag_mapping
 from axengine.engine import SNAPSHOT_BATCH, Engine, EngineConfig, Reconciler
 from axengine.metrics import AxMetrics
 from axengine.queue.inprocess import InProcessQueue
-from axengine.records import NodeState
+from axengine.records import NodeState, TaskRecord
 from axengine.store import Compare, Get, KeyValue, Op, StateStore, StoreWrapper, TxnResult
 from axengine.store.embedded import SqliteStore
 from tests.engine.conftest import FakeClock
@@ -116,20 +117,35 @@ def test_a_pass_and_a_scrape_read_snapshots_in_batches_and_miss_no_task(
 def test_snapshots_each_yields_every_task_in_order_with_its_own_snapshots(
         tmp_path: Path) -> None:
     async def main() -> None:
-        store = SqliteStore(path=tmp_path / "ax.db")
+        store = _Counting(SqliteStore(path=tmp_path / "ax.db"), None)
         engine = Engine(store=store, queue=InProcessQueue(), blob_dir=tmp_path / "blobs")
         dag = load_dag_mapping(TWO_STEPS, tools={"echo"}, models=set())
-        tasks = [(await engine.submit(dag, {"n": i})).task_id for i in range(70)]
-        tasks.append("no-such-task")  # nothing stored: no snapshots, still yielded
-        seen = [(t, sorted((s.node_id, s.state.value) for s in snaps))
+        ids = [(await engine.submit(dag, {"n": i})).task_id for i in range(70)]
+        tasks = [await engine.task_record(t) for t in ids]
+        # Nothing stored under this one: no snapshots, still yielded.
+        tasks.append(TaskRecord(task_id="no-such-task", dag_hash="", dag_name=""))
+        seen = [(t.task_id, sorted((s.node_id, s.state.value) for s in snaps))
                 async for t, snaps in engine.snapshots_each(tasks)]
-        assert [t for t, _ in seen] == tasks
+        assert [t for t, _ in seen] == [t.task_id for t in tasks]
         assert all(nodes == [("first", "WAITING"), ("second", "PENDING")]
                    for _, nodes in seen[:-1])
         assert seen[-1] == ("no-such-task", [])
         only_waiting = [[s.node_id for s in snaps] async for _, snaps in
                         engine.snapshots_each(tasks[:3], states={NodeState.WAITING})]
         assert only_waiting == [["first"]] * 3
+
+        # Tasks with many nodes (wide maps) make smaller batches: at most
+        # SNAPSHOT_BATCH_NODES snapshots by their counters, a larger task alone.
+        def weighing(task: TaskRecord, nodes: int) -> TaskRecord:
+            return replace(task, counts={"PENDING": nodes})
+
+        for weights, reads in (([600] * 5, 5), ([300] * 7, 3), ([2000, 10, 10], 2),
+                               ([10, 2000, 10], 3), ([1] * 70, 2)):
+            store.counts.clear()
+            heavy = [weighing(t, n) for t, n in zip(tasks, weights, strict=False)]
+            got = [t.task_id async for t, _ in engine.snapshots_each(heavy)]
+            assert got == [t.task_id for t in heavy]
+            assert store.counts["read_txns"] == reads, weights
         await store.close()
 
     asyncio.run(main())
