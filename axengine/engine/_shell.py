@@ -413,8 +413,9 @@ class Engine(EngineReads):
                     return entry.answer.result()
                 if self._has_siblings(task_id):
                     # Let the callers that are ready to run ask for this turn too (an
-                    # embedded store's commit never suspends, so none would wait for
-                    # it); a task running one node at a time (a chain) has none.
+                    # embedded store's commit suspends for one turn of the loop at
+                    # most, too short for them to wait for it); a task running one
+                    # node at a time (a chain) has none.
                     await asyncio.sleep(0)
                 group = [e for e in self._waiting.pop(task_id, []) if not e.answer.done()]
                 if entry in group[MAX_GROUP:]:

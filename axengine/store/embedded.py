@@ -15,9 +15,11 @@ Several processes may open the same file (``ax run`` then ``ax run --resume``, o
 ``ax server`` next to CLI reads): writers take SQLite's write lock up front
 (``BEGIN IMMEDIATE``) and read the revision inside it, so revisions stay gap-free and
 compare-and-swap holds across processes. Within a process, a store uses one connection
-guarded by a lock; every method is a short synchronous critical section with no
-``await`` inside, so concurrent asyncio tasks (or threads) cannot interleave a
-transaction.
+guarded by a lock; every statement runs in a short synchronous critical section, so
+concurrent asyncio tasks (or threads) cannot interleave a transaction. The writing
+transactions asked for in one turn of an event loop commit together: each is decided as
+if alone, in order, with its own revision, in one SQLite transaction with one ``COMMIT``
+(one fsync for the group); nobody is answered before that ``COMMIT``.
 
 Watches read a change log (``ax_changelog``) that keeps the last
 :data:`~axengine.store.settings.DEFAULT_WATCH_RETENTION` revisions; in-process writes wake
@@ -34,6 +36,7 @@ import sqlite3
 import threading
 import weakref
 from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
@@ -269,6 +272,16 @@ def _waker(event: asyncio.Event) -> Callable[[], None]:
     return wake
 
 
+@dataclass(eq=False)
+class _Txn:
+    """A writing transaction waiting for a group commit, and where its answer goes."""
+
+    compares: Sequence[Compare]
+    success: Sequence[Op]
+    failure: Sequence[Op]
+    answer: asyncio.Future[TxnResult] = field(init=False)
+
+
 class SqliteStore:
     """The embedded :class:`~axengine.store.StateStore`, on one SQLite file.
 
@@ -315,6 +328,8 @@ class SqliteStore:
         self._path = self.settings.path
         self._lock = threading.Lock()
         self._closed = False
+        #: Writing transactions waiting for their event loop's next group commit.
+        self._queued: dict[asyncio.AbstractEventLoop, list[_Txn]] = {}
         memory = self._path == ":memory:"
         try:
             if not memory:
@@ -522,14 +537,14 @@ class SqliteStore:
         for compare in compares:
             _check_compare(compare)
         writes = _check_branch(success) | _check_branch(failure)
+        if writes:
+            return await self._commit_together(_Txn(compares, success, failure))
         with self._lock:
             self._check_open()
             conn = self._conn
             try:
-                # A writing txn takes the write lock before reading anything, so the
-                # compares and the writes see the same state even across processes.
-                conn.execute("BEGIN IMMEDIATE" if writes else "BEGIN")
-                result, changed = self._apply(conn, compares, success, failure)
+                conn.execute("BEGIN")
+                result, _ = self._apply(conn, compares, success, failure)
                 conn.execute("COMMIT")
             except sqlite3.Error as exc:
                 self._rollback()
@@ -537,9 +552,85 @@ class SqliteStore:
             except BaseException:
                 self._rollback()
                 raise
+        return result
+
+    async def _commit_together(self, txn: _Txn) -> TxnResult:
+        """Queue a writing transaction for this event loop's next group commit.
+
+        The writing transactions asked for in one turn of the event loop (tasks in
+        flight each committing a transition) are applied one after another, each as if
+        alone (its compares, its revision), in one SQLite transaction with one
+        ``COMMIT``: one fsync for the group instead of one each. Nobody is answered
+        before that ``COMMIT``. A caller cancelled while its transaction waits takes it
+        out of the group: it is not applied."""
+        loop = asyncio.get_running_loop()
+        txn.answer = loop.create_future()
+        queued = self._queued.setdefault(loop, [])
+        queued.append(txn)
+        if len(queued) == 1:
+            loop.call_soon(self._commit_queued, loop)
+        try:
+            return await txn.answer
+        except asyncio.CancelledError:
+            waiting = self._queued.get(loop)
+            if waiting is not None and txn in waiting:
+                waiting.remove(txn)
+            raise
+
+    def _commit_queued(self, loop: asyncio.AbstractEventLoop) -> None:
+        # (A caller cancelled while waiting has its answer cancelled already: skipped.)
+        group = [txn for txn in self._queued.pop(loop, []) if not txn.answer.done()]
+        if not group:
+            return
+        outcomes: list[TxnResult | BaseException] = []
+        changed = False
+        with self._lock:
+            try:
+                self._check_open()
+                conn = self._conn
+                # The write lock first, before reading anything: the compares and the
+                # writes see one state, even across processes.
+                conn.execute("BEGIN IMMEDIATE")
+                for txn in group:
+                    outcome, wrote = self._apply_in_group(conn, txn, alone=len(group) == 1)
+                    outcomes.append(outcome)
+                    changed |= wrote
+                conn.execute("COMMIT")
+            except BaseException as exc:
+                if not self._closed:
+                    self._rollback()
+                error = _map_error(exc, self._path) if isinstance(exc, sqlite3.Error) else exc
+                for txn in group:
+                    if not txn.answer.done():
+                        txn.answer.set_exception(error)
+                return
         if changed:
             self._notifier.notify()
-        return result
+        for txn, outcome in zip(group, outcomes, strict=True):
+            if txn.answer.done():
+                continue
+            if isinstance(outcome, BaseException):
+                txn.answer.set_exception(outcome)
+            else:
+                txn.answer.set_result(outcome)
+
+    def _apply_in_group(self, conn: sqlite3.Connection, txn: _Txn, *, alone: bool,
+                        ) -> tuple[TxnResult | BaseException, bool]:
+        """One transaction of a group; one that fails is undone to its savepoint and
+        answered with its error, the others are not touched (alone, it fails the group:
+        nothing else would be committed)."""
+        if alone:
+            return self._apply(conn, txn.compares, txn.success, txn.failure)
+        conn.execute("SAVEPOINT ax_txn")
+        try:
+            outcome = self._apply(conn, txn.compares, txn.success, txn.failure)
+        except Exception as exc:
+            conn.execute("ROLLBACK TO ax_txn")
+            conn.execute("RELEASE ax_txn")
+            error = _map_error(exc, self._path) if isinstance(exc, sqlite3.Error) else exc
+            return error, False
+        conn.execute("RELEASE ax_txn")
+        return outcome
 
     def _apply(
         self,
