@@ -539,19 +539,8 @@ class SqliteStore:
         writes = _check_branch(success) | _check_branch(failure)
         if writes:
             return await self._commit_together(_Txn(compares, success, failure))
-        with self._lock:
-            self._check_open()
-            conn = self._conn
-            try:
-                conn.execute("BEGIN")
-                result, _ = self._apply(conn, compares, success, failure)
-                conn.execute("COMMIT")
-            except sqlite3.Error as exc:
-                self._rollback()
-                raise _map_error(exc, self._path) from exc
-            except BaseException:
-                self._rollback()
-                raise
+        result: TxnResult = self._read(
+            lambda conn: self._apply(conn, compares, success, failure)[0], snapshot=True)
         return result
 
     async def _commit_together(self, txn: _Txn) -> TxnResult:
@@ -599,7 +588,7 @@ class SqliteStore:
             except BaseException as exc:
                 if not self._closed:
                     self._rollback()
-                error = _map_error(exc, self._path) if isinstance(exc, sqlite3.Error) else exc
+                error = self._answer_for(exc)
                 for txn in group:
                     if not txn.answer.done():
                         txn.answer.set_exception(error)
@@ -614,6 +603,10 @@ class SqliteStore:
             else:
                 txn.answer.set_result(outcome)
 
+    def _answer_for(self, exc: BaseException) -> BaseException:
+        """What a waiting caller is answered when its transaction failed with ``exc``."""
+        return _map_error(exc, self._path) if isinstance(exc, sqlite3.Error) else exc
+
     def _apply_in_group(self, conn: sqlite3.Connection, txn: _Txn, *, alone: bool,
                         ) -> tuple[TxnResult | BaseException, bool]:
         """One transaction of a group; one that fails is undone to its savepoint and
@@ -627,8 +620,7 @@ class SqliteStore:
         except Exception as exc:
             conn.execute("ROLLBACK TO ax_txn")
             conn.execute("RELEASE ax_txn")
-            error = _map_error(exc, self._path) if isinstance(exc, sqlite3.Error) else exc
-            return error, False
+            return self._answer_for(exc), False
         conn.execute("RELEASE ax_txn")
         return outcome
 
