@@ -10,8 +10,6 @@ from __future__ import annotations
 import asyncio
 import math
 import uuid
-from collections import Counter
-from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -22,8 +20,9 @@ from axengine.engine import SNAPSHOT_BATCH, Engine, EngineConfig, Reconciler
 from axengine.metrics import AxMetrics
 from axengine.queue.inprocess import InProcessQueue
 from axengine.records import NodeState, TaskRecord
-from axengine.store import Compare, Get, KeyValue, Op, StateStore, StoreWrapper, TxnResult
+from axengine.store import StateStore
 from axengine.store.embedded import SqliteStore
+from bench.axrun import CountingStore
 from tests.engine.conftest import FakeClock
 from tests.engine.test_complete_and_claim import _drain
 from tests.servers import Server
@@ -36,28 +35,17 @@ TWO_STEPS = {"name": "two", "nodes": {
 }}
 
 
-class _Counting(StoreWrapper):
-    """Counts prefix reads and read-only transactions; ``max_txn_ops`` as given."""
+class _Counting(CountingStore):
+    """The benchmark's counting store (``range`` reads, ``read_txns``), with
+    ``max_txn_ops`` as given."""
 
     def __init__(self, inner: StateStore, max_txn_ops: int | None) -> None:
         super().__init__(inner)
-        self.counts: Counter[str] = Counter()
         self._max_txn_ops = max_txn_ops
 
     @property
     def max_txn_ops(self) -> int | None:
         return self._max_txn_ops
-
-    async def range(self, prefix: str, *, start_after: str | None = None,
-                    limit: int = 0) -> list[KeyValue]:
-        self.counts["range"] += 1
-        return await self.inner.range(prefix, start_after=start_after, limit=limit)
-
-    async def txn(self, compares: Sequence[Compare], success: Sequence[Op],
-                  failure: Sequence[Op] = ()) -> TxnResult:
-        if success and all(isinstance(op, Get) for op in success):
-            self.counts["read_txns"] += 1
-        return await self.inner.txn(compares, success, failure)
 
 
 def _store(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> StateStore:
