@@ -100,29 +100,36 @@ class CountingStore(StoreWrapper):
 
 class CountingQueue:
     """A :class:`WorkQueue` proxy that counts enqueued items, pops that returned an
-    item, acks and requeues."""
+    item, acks (alone or with a push) and requeues, and the calls that carry them
+    (``calls``: one round trip each on Redis)."""
 
     def __init__(self, inner: WorkQueue) -> None:
         self.inner = inner
         self.counts: Counter[str] = Counter()
 
-    async def enqueue(self, items: Sequence[WorkItem], *, delay: float = 0.0) -> None:
+    async def enqueue(self, items: Sequence[WorkItem], *, delay: float = 0.0,
+                      acks: Sequence[tuple[str, WorkItem]] = ()) -> None:
         self.counts["enqueue_calls"] += 1
+        self.counts["calls"] += 1
         self.counts["enqueued"] += len(items)
-        await self.inner.enqueue(items, delay=delay)
+        self.counts["acks"] += len(acks)
+        await self.inner.enqueue(items, delay=delay, acks=acks)
 
     async def pop(self, worker_id: str, *, lanes: Sequence[str] = ("fast", "default"),
                   timeout: float = 1.0, aging: float | None = None) -> WorkItem | None:
         item = await self.inner.pop(worker_id, lanes=lanes, timeout=timeout, aging=aging)
+        self.counts["calls"] += 1
         self.counts["pops" if item is not None else "empty_pops"] += 1
         return item
 
     async def ack(self, worker_id: str, item: WorkItem) -> None:
         self.counts["acks"] += 1
+        self.counts["calls"] += 1
         await self.inner.ack(worker_id, item)
 
     async def requeue(self, worker_id: str, item: WorkItem, *, delay: float = 0.0) -> None:
         self.counts["requeues"] += 1
+        self.counts["calls"] += 1
         await self.inner.requeue(worker_id, item, delay=delay)
 
     async def recover(self, worker_id: str) -> int:
@@ -314,6 +321,7 @@ async def _run(spec: dict[str, Any]) -> dict[str, Any]:
         "txns_per_node": round(counts_store.get("txn", 0) / nodes, 3),
         "reads_per_node": round(sum(counts_store.get(k, 0) for k in
                                     ("get", "get_many", "range", "read_txns")) / nodes, 3),
+        "queue_calls_per_node": round(counts_queue.get("calls", 0) / nodes, 3),
     }
     if profiler is not None:
         result["profile"] = profile_summary(profiler, int(spec.get("profile_top", 25)))

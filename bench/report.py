@@ -429,7 +429,7 @@ def _engine_rows(label: str, workloads: _Result) -> list[list[Any]]:
     rows: list[list[Any]] = []
     for name, r in workloads.items():
         if not _ok(r):
-            rows.append([label, name, f"error: {_get(r, 'error')}"] + [""] * 12)
+            rows.append([label, name, f"error: {_get(r, 'error')}"] + [""] * 13)
             continue
         lat = _get(r, "node_latency", "ready_to_committed") or {}
         store = r.get("store") or {}
@@ -447,7 +447,8 @@ def _engine_rows(label: str, workloads: _Result) -> list[list[Any]]:
                                         if r.get("inflight", 1) > 1 else ""),
             r["nodes"], r["nodes_per_s"], r["tasks_per_s"], r["wall_per_node_ms"],
             lat.get("p50_ms"), lat.get("p99_ms"), r.get("cpu_per_node_ms"),
-            r.get("write_txns_per_node"), r.get("reads_per_node", "-"), conflicts, rss, odd,
+            r.get("write_txns_per_node"), r.get("reads_per_node", "-"),
+            r.get("queue_calls_per_node", "-"), conflicts, rss, odd,
         ])
     return rows
 
@@ -456,7 +457,7 @@ def _peer_rows(label: str, workloads: _Result) -> list[list[Any]]:
     rows: list[list[Any]] = []
     for name, r in workloads.items():
         if not _ok(r):
-            rows.append([label, name, f"error: {_get(r, 'error')}"] + [""] * 12)
+            rows.append([label, name, f"error: {_get(r, 'error')}"] + [""] * 13)
             continue
         step = r.get("step_interval") or {}
         size = f"{r['shape']} {r['size']}" if r.get("size") else r["shape"]
@@ -466,7 +467,7 @@ def _peer_rows(label: str, workloads: _Result) -> list[list[Any]]:
                                         if r.get("inflight", 1) > 1 else ""),
             r["nodes"], r["nodes_per_s"], r["tasks_per_s"], r["wall_per_node_ms"],
             step.get("p50_ms"), step.get("p99_ms"), r.get("cpu_per_node_ms"), "-", "-", "-",
-            _get(r, "process", "peak_rss_mib"), _round_notes(r, lambda _: []) or "-",
+            "-", _get(r, "process", "peak_rss_mib"), _round_notes(r, lambda _: []) or "-",
         ])
     return rows
 
@@ -652,7 +653,9 @@ def markdown(results: _Result) -> str:
                "(it includes queueing when many nodes are ready at once) and the interval "
                "between consecutive node (step) starts for LangGraph and DBOS (chain "
                "only). Writes are "
-               "committed write transactions per executed node. Peak RSS is the workload's "
+               "committed write transactions per executed node; queue calls are the queue "
+               "operations (push, pop, ack, requeue: one round trip each on Redis) per "
+               "executed node, measured in process. Peak RSS is the workload's "
                "own process (API runs: the API and first executor processes).\n\n")
     rows = _engine_rows("ax embedded", _get(results, "embedded", "workloads") or {})
     for label, key, _ in _PEERS:
@@ -663,7 +666,8 @@ def markdown(results: _Result) -> str:
         rows += _engine_rows("ax API+2 executors", api.get("workloads") or {})
     out.append(_table(["engine", "workload", "run", "nodes", "nodes/s", "tasks/s",
                        "wall/node ms", "latency p50 ms", "p99 ms", "CPU/node ms",
-                       "writes/node", "reads/node", "CAS conflicts", "peak RSS MiB",
+                       "writes/node", "reads/node", "queue calls/node", "CAS conflicts",
+                       "peak RSS MiB",
                        "anomalies"], rows))
     if api.get("status") != "measured":
         out.append(f"\nThrough API + executors: **{api.get('status', 'not measured yet')}**"

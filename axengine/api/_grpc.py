@@ -422,7 +422,8 @@ class ExecutorServicer(_Base):
         stored = done.snapshot
         if stored is None:  # nothing written: the node as it is
             stored, _ = await ops.node_snapshot(self.engine, request.task_id, request.node_id)
-        reply = pb.CompleteReply(result=_COMPLETE[done.answer], snapshot=snapshot_pb(stored))
+        reply = pb.CompleteReply(result=_COMPLETE[done.answer], snapshot=snapshot_pb(stored),
+                                 acked=done.acked)
         if done.next is not None:
             reply.next.CopyFrom(_claimed_pb(done.next))
         return reply

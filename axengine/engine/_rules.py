@@ -124,6 +124,9 @@ class Plan:
         writes: Snapshots to write, by node id.
         events: Events to append.
         enqueue: ``(node_id, delay_seconds)`` to push to the queue after the commit.
+        acks: ``(worker, node_id)``: queue items of nodes this plan claimed that the
+            claiming worker holds (it took them from the queue), acknowledged with the
+            push after the commit.
         task: Task record fields changed explicitly (status on cancel/retry).
         detail: Extra data for the caller (the claimed snapshot, a reason...).
     """
@@ -132,6 +135,7 @@ class Plan:
     writes: dict[str, Snapshot] = field(default_factory=dict)
     events: list[Event] = field(default_factory=list)
     enqueue: list[tuple[str, float]] = field(default_factory=list)
+    acks: list[tuple[str, str]] = field(default_factory=list)
     task: TaskRecord | None = None
     detail: Any = None
     #: Ramps to write by dependency (None: delete), under a compare on their revision.
@@ -615,7 +619,8 @@ class NextClaim:
             in another lane goes through the queue.
         node_id: A node of the same task the worker took from the queue to run next
             (the item its slot would take anyway): that node is the one claimed, if it
-            can be claimed at once, and readied nodes go through the queue behind it.
+            can be claimed at once (its item then in ``plan.acks``), and readied nodes
+            go through the queue behind it.
     """
 
     worker: str
@@ -638,6 +643,7 @@ def _claim_next(b: _Builder, ask: NextClaim) -> None:
             b.plan.enqueue = [e for e in b.plan.enqueue if e[0] != ask.node_id]
             b.plan.detail = _take(b, node, b.snap(ask.node_id), worker=ask.worker,
                                   lease=ask.lease)
+            b.plan.acks.append((ask.worker, ask.node_id))
         return
     for index, (nid, delay) in enumerate(b.plan.enqueue):
         node = view.dag.node(nid)

@@ -64,11 +64,14 @@ class Completed:
         next: The claim of a node the completion readied, made in the same transaction
             for the completing worker (None: nothing was claimed; readied nodes are in
             the queue).
+        acked: The queue item of the claimed node the worker took (``claim_node``) was
+            acknowledged with the push after the commit: the worker need not ack it.
     """
 
     answer: str
     snapshot: Snapshot | None = None
     next: ClaimResult | None = None
+    acked: bool = False
 
 
 def claimed(task: TaskRecord, node: Node, snap: Snapshot, params: Mapping[str, Any] | None

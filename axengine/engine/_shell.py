@@ -196,6 +196,7 @@ def _merged(plans: Sequence[rules.Plan]) -> rules.Plan:
             merged.events.append(replace(event,
                                          event_id=_event_id(first, len(merged.events))))
         merged.enqueue.extend(plan.enqueue)
+        merged.acks.extend(plan.acks)
         merged.ramps.update(plan.ramps)
         merged.durations.update(plan.durations)
         if plan.task is not None:
@@ -489,7 +490,7 @@ class Engine(EngineReads):
                         if written.get(nid) is snap:
                             plan.writes[nid] = merged.writes[nid]
                 try:
-                    await self._after_commit(base, merged)
+                    await self._after_commit((base, merged))
                 finally:  # committed: each caller is told so, even if a push failed
                     for entry, plan, seen in decided:
                         if not entry.answer.done():
@@ -560,7 +561,7 @@ class Engine(EngineReads):
                     continue
                 return plan, view
             if (await self._commit(view, plan)).succeeded:
-                await self._after_commit(view, plan)
+                await self._after_commit((view, plan))
                 return plan, view
             self._forget(view, plan)
             use_cache, lost = False, lost + 1
@@ -732,23 +733,33 @@ class Engine(EngineReads):
             compares.append(Mod(self._keys.ramp(dependency)) == view.ramp_revs[dependency])
         return _Txn(compares, ops, learned, forgotten)
 
-    async def _after_commit(self, view: View, plan: rules.Plan) -> None:
-        if plan.enqueue:
-            dag = view.dag
-            now_items = [WorkItem(view.task.task_id, n, dag.node(n).lane,
-                                  priority=view.task.priority)
-                         for n, delay in plan.enqueue if delay <= 0]
-            if now_items:
-                await self.queue.enqueue(now_items)
+    async def _after_commit(self, *committed: tuple[View, rules.Plan]) -> None:
+        """What follows the commit of one transaction (of each ``(view, plan)`` it
+        wrote): the queue work, one round trip for what is due now — the nodes readied,
+        the held items of the nodes claimed (``plan.acks``) — then the listeners."""
+        now_items: list[WorkItem] = []
+        later: list[tuple[WorkItem, float]] = []
+        acks: list[tuple[str, WorkItem]] = []
+        for view, plan in committed:
+            task, dag = view.task, view.dag
             for n, delay in plan.enqueue:
+                item = WorkItem(task.task_id, n, dag.node(n).lane, priority=task.priority)
                 if delay > 0:
-                    await self.queue.enqueue(
-                        [WorkItem(view.task.task_id, n, dag.node(n).lane,
-                                  priority=view.task.priority)], delay=delay)
+                    later.append((item, delay))
+                else:
+                    now_items.append(item)
+            acks.extend((worker, WorkItem(task.task_id, n, dag.node(n).lane))
+                        for worker, n in plan.acks)
+        if now_items or acks:
+            await self.queue.enqueue(now_items, acks=acks)
+        for item, delay in later:
+            await self.queue.enqueue([item], delay=delay)
+        if now_items or later:
             faults.point("after-enqueue")
-        task = plan.task or view.task
-        for listener in self._listeners:
-            listener(task, plan.events)
+        for view, plan in committed:
+            task = plan.task or view.task
+            for listener in self._listeners:
+                listener(task, plan.events)
 
     def _ids(self) -> Callable[[], str]:
         now = self.clock()
@@ -869,7 +880,7 @@ class Engine(EngineReads):
                     submitted_by=submitted_by)
             raise Conflict(f"task id {task_id!r} already exists")
         self._dags.put(dag.hash, dag)
-        await self._after_commit(view, plan)
+        await self._after_commit((view, plan))
         return SubmitResult(task_id, created=True, next=await self._claim_made(view, plan))
 
     async def claim(self, task_id: str, node_id: str, *, worker: str,
@@ -992,7 +1003,7 @@ class Engine(EngineReads):
             config=self.config.rules, claim_next=ask), preload=(node_id,),
             prefetch=_completion_reads(node_id, ask.node_id if ask is not None else ""))
         return Completed(plan.result, plan.writes.get(node_id),
-                         await self._claim_made(view, plan))
+                         await self._claim_made(view, plan), acked=bool(plan.acks))
 
     async def _complete_claiming(self, task_id: str, node_id: str, fence: int,
                                  outcome: Outcome, other: str, claim_node: str,
@@ -1028,12 +1039,12 @@ class Engine(EngineReads):
                 self._forget(view, plan)
                 self._forget(claimed_view, claim)
                 return None
-            await self._after_commit(view, plan)
-            await self._after_commit(claimed_view, claim)
+            claim.acks.append((worker, claim_node))  # the item the worker took
+            await self._after_commit((view, plan), (claimed_view, claim))
         snap: Snapshot = claim.detail
         following = await self._claimed(claim.task or claimed_view.task,
                                         claimed_view.dag.node(claim_node), snap)
-        return Completed(plan.result, plan.writes.get(node_id), following)
+        return Completed(plan.result, plan.writes.get(node_id), following, acked=True)
 
     async def decide(self, task_id: str, node_id: str, *, decision: str, by: str,
                      comment: str = "", data: Any = NO_EDITS) -> str:

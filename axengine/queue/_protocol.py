@@ -82,8 +82,13 @@ class WorkItem:
 class WorkQueue(Protocol):
     """Lanes of work items with reliable pop, ack, delayed requeue and recovery."""
 
-    async def enqueue(self, items: Sequence[WorkItem], *, delay: float = 0.0) -> None:
-        """Append items to their lanes, or schedule them ``delay`` seconds from now."""
+    async def enqueue(self, items: Sequence[WorkItem], *, delay: float = 0.0,
+                      acks: Sequence[tuple[str, WorkItem]] = ()) -> None:
+        """Append items to their lanes, or schedule them ``delay`` seconds from now.
+
+        ``acks``: ``(worker_id, item)`` pairs acknowledged in the same call, as
+        :meth:`ack` would — a commit that claimed the nodes of items its worker holds
+        pushes what it readied and drops those items in one round trip."""
         ...
 
     async def pop(

@@ -120,17 +120,23 @@ class InProcessQueue:
     ) -> None:
         await self.close()
 
-    async def enqueue(self, items: Sequence[WorkItem], *, delay: float = 0.0) -> None:
+    async def enqueue(self, items: Sequence[WorkItem], *, delay: float = 0.0,
+                      acks: Sequence[tuple[str, WorkItem]] = ()) -> None:
         """Append items to their lanes, or schedule them ``delay`` seconds from now.
 
         Args:
             items: Items to add, in order; each goes to ``item.lane``.
             delay: Seconds before the items become visible to ``pop``; 0 for now.
+            acks: ``(worker_id, item)`` pairs to acknowledge (as :meth:`ack`) first.
 
         Raises:
             QueueError: The queue is closed.
         """
         self._check_open()
+        for worker_id, item in acks:
+            self._drop_held(worker_id, item)
+        if not items:
+            return
         async with self._changed:
             if delay > 0:
                 due = asyncio.get_running_loop().time() + delay
@@ -203,6 +209,9 @@ class InProcessQueue:
         Acknowledging an item the worker does not hold is a no-op.
         """
         self._check_open()
+        self._drop_held(worker_id, item)
+
+    def _drop_held(self, worker_id: str, item: WorkItem) -> None:
         held = self._processing.get(worker_id)
         if held is not None and item in held:
             held.remove(item)

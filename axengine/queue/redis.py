@@ -171,11 +171,21 @@ if nxt[2] then return {'wait', tostring(tonumber(nxt[2]) - t)} end
 return {'empty', ''}
 """
 
-# KEYS: lanes-set, wake, position.  ARGV: lane prefix, since prefix, wake max, items...
-_ENQUEUE = _COMMON + """
+# Items acknowledged by an enqueue: KEYS[first..] are the processing lists, ARGV[first..]
+# the items, one each (see RedisQueue.enqueue).
+_UNHOLD_ALL = """
+local function unhold_all(first, n)
+  for i = 0, n - 1 do unhold(KEYS[first + i], ARGV[first + i]) end
+end
+"""
+
+# KEYS: lanes-set, wake, position, then one processing list per ack.
+# ARGV: lane prefix, since prefix, wake max, then one item per ack, then the items.
+_ENQUEUE = _COMMON + _UNHOLD_ALL + """
 LANE, SINCE, POS = ARGV[1], ARGV[2], KEYS[3]
+unhold_all(4, #KEYS - 3)
 local t = now()
-for i = 4, #ARGV do
+for i = #KEYS + 1, #ARGV do
   local lane = put(ARGV[i], false, t)
   if lane ~= nil then
     redis.call('SADD', KEYS[1], lane)
@@ -183,15 +193,16 @@ for i = 4, #ARGV do
   end
 end
 redis.call('LTRIM', KEYS[2], 0, tonumber(ARGV[3]) - 1)
-return #ARGV - 3
+return #ARGV - #KEYS
 """
 
-# KEYS: delayed.  ARGV: delay seconds, encoded items...
-_SCHEDULE = """
-local t = redis.call('TIME')
-local due = tonumber(t[1]) + tonumber(t[2]) / 1000000 + tonumber(ARGV[1])
-for i = 2, #ARGV do redis.call('ZADD', KEYS[1], due, ARGV[i]) end
-return #ARGV - 1
+# KEYS: delayed, then one processing list per ack.
+# ARGV: delay seconds, then one item per ack, then the encoded items.
+_SCHEDULE = _COMMON + _UNHOLD_ALL + """
+unhold_all(2, #KEYS - 1)
+local due = now() + tonumber(ARGV[1])
+for i = #KEYS + 1, #ARGV do redis.call('ZADD', KEYS[1], due, ARGV[i]) end
+return #ARGV - #KEYS
 """
 
 # KEYS: processing.  ARGV: item
@@ -330,29 +341,34 @@ class RedisQueue:
     ) -> None:
         await self.close()
 
-    async def enqueue(self, items: Sequence[WorkItem], *, delay: float = 0.0) -> None:
+    async def enqueue(self, items: Sequence[WorkItem], *, delay: float = 0.0,
+                      acks: Sequence[tuple[str, WorkItem]] = ()) -> None:
         """Append items to their lanes, or schedule them ``delay`` seconds from now.
 
         Args:
             items: Items to add, in order; each goes to ``item.lane``.
             delay: Seconds (server clock) before the items become visible to ``pop``.
+            acks: ``(worker_id, item)`` pairs acknowledged (as :meth:`ack`) in the same
+                script: one round trip for both.
 
         Raises:
             QueueError: Redis failed or the queue is closed. After a connection error the
                 items may or may not have been written.
         """
         self._check_open()
-        if not items:
+        if not items and not acks:
             return
+        held_keys = [self._keys.processing(worker_id) for worker_id, _ in acks]
+        args = [*(item.encode() for _, item in acks), *(i.encode() for i in items)]
         with _map_errors("enqueue"):
             if delay > 0:
-                await self._schedule(keys=[self._keys.delayed()],
-                                     args=[delay, *(i.encode() for i in items)])
+                await self._schedule(keys=[self._keys.delayed(), *held_keys],
+                                     args=[delay, *args])
                 return
             await self._enqueue(
-                keys=[self._keys.lanes(), self._keys.wake(), self._keys.position()],
-                args=[self._lane_prefix, self._since_prefix, WAKE_MAX,
-                      *(i.encode() for i in items)])
+                keys=[self._keys.lanes(), self._keys.wake(), self._keys.position(),
+                      *held_keys],
+                args=[self._lane_prefix, self._since_prefix, WAKE_MAX, *args])
 
     async def pop(
         self,

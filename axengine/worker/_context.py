@@ -64,7 +64,8 @@ class EngineClient(Protocol):
         """Commit an outcome and claim, in the same transaction, ``claim_node`` of
         ``claim_task`` (default: this task; a node taken from the queue) or else a node
         it readies in one of ``lanes`` with nothing queued ahead (a ``Completed``: the
-        answer and that claim, or None)."""
+        answer, that claim or None, and whether the worker's queue item for
+        ``claim_node`` was acknowledged with the commit's push)."""
         ...
 
     async def effect_begin(self, key: str, *, task_id: str, node_id: str,

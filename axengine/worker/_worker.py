@@ -497,7 +497,8 @@ class Worker:
             # runs (an executor's shutdown may hand it back); the next completion takes
             # nothing. A taken item the commit could not claim is claimed as any other.
             return done.answer, done.next, taken
-        await self.queue.ack(self.worker_id, taken)
+        if not done.acked:  # (acked with the commit's push: one round trip for both)
+            await self.queue.ack(self.worker_id, taken)
         faults.point("after-ack")
         return done.answer, done.next, None
 

@@ -350,7 +350,7 @@ class GrpcEngineClient:
             self._claims[(claimed_task, reply.next.node_id)] = (reply.next.fence,
                                                                 request.worker_id)
             following = self._claimed(claimed_task, reply.next.node_id, reply.next)
-        return Completed(answer, next=following)
+        return Completed(answer, next=following, acked=reply.acked)
 
     @staticmethod
     def _complete_request(task_id: str, node_id: str, fence: int, worker: str,

@@ -136,8 +136,8 @@ nodes:
 def test_complete_claims_the_next_node_in_the_same_transaction(
         api_server: ServerFactory, stubs_for: Any) -> None:
     """``claim_lanes``: the completion claims a node it readies; ``claim_node``: it
-    claims the named node of the task (one an executor popped); a stale fence claims
-    nothing and writes nothing."""
+    claims the named node of the task (one an executor popped) and acknowledges its
+    queue item; a stale fence claims nothing and writes nothing."""
     handle = api_server("sqlite", worker=False, reconcile_interval=3600.0)
     stubs = stubs_for(handle)
     task_id = submit(stubs, FAN_YAML)
@@ -156,6 +156,7 @@ def test_complete_claims_the_next_node_in_the_same_transaction(
     assert done.result == pb.COMPLETE_RESULT_COMMITTED
     assert (done.next.result, done.next.node_id, done.next.fence) == (
         pb.CLAIM_RESULT_CLAIMED, "a", 1)
+    assert not done.acked  # a readied node: no queue item to acknowledge
     assert handle.revision() == before + 1
     assert code_of(ex.Complete, pb.CompleteRequest(
         task_id=task_id, node_id="a", fence=1, claim_node="b",
@@ -164,10 +165,13 @@ def test_complete_claims_the_next_node_in_the_same_transaction(
     before = handle.revision()
     stale = success("a", 2, claim_node="b")
     assert stale.result == pb.COMPLETE_RESULT_STALE and not stale.HasField("next")
+    assert not stale.acked
     assert handle.revision() == before
     done = success("a", 1, claim_node="b")
     assert done.result == pb.COMPLETE_RESULT_COMMITTED
     assert (done.next.node_id, done.next.fence, done.next.attempt) == ("b", 1, 1)
+    # The server acknowledged w1's queue item for b with the commit's push.
+    assert done.acked
     assert handle.revision() == before + 1
     task = stubs.ax.GetTask(pb.GetTaskRequest(task_id=task_id), metadata=TOKEN["submit"])
     states = {s.node_id: (s.state, s.owner) for s in task.snapshots}

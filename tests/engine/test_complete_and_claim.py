@@ -208,12 +208,31 @@ def test_a_slot_claims_the_queued_node_it_takes_next_in_the_completion(
     sibling from the queue and claims it in its own transaction: the whole task costs
     one transaction per node (+ the submit and the first claim), in queue order. With
     another task's node queued while ``start`` runs, the slot takes that one next, also
-    claimed by the completion before it, and the siblings queued behind it wait."""
+    claimed by the completion before it, and the siblings queued behind it wait. Each
+    item taken that way is acknowledged by the push after the commit that claimed it,
+    in the same queue call: no ack call of its own."""
     async def main() -> None:
         engine = make_engine()
         queue = engine.queue
         assert isinstance(queue, InProcessQueue)
         ran: list[str] = []
+        pushes: list[tuple[list[str], list[str]]] = []  # (items pushed, items acked)
+        acks: list[str] = []  # items acked alone
+        enqueue, ack = queue.enqueue, queue.ack
+
+        def name(item: WorkItem) -> str:
+            return f"{item.task_id[-2:]}:{item.node_id}"
+
+        async def counted_enqueue(items: Any, *, delay: float = 0.0,
+                                  acks: Any = ()) -> None:
+            pushes.append(([name(i) for i in items], [name(i) for _, i in acks]))
+            await enqueue(items, delay=delay, acks=acks)
+
+        async def counted_ack(worker_id: str, item: WorkItem) -> None:
+            acks.append(name(item))
+            await ack(worker_id, item)
+
+        queue.enqueue, queue.ack = counted_enqueue, counted_ack  # type: ignore[method-assign]
         loop = asyncio.get_running_loop()
         done: dict[str, asyncio.Event] = {}
 
@@ -257,6 +276,14 @@ def test_a_slot_claims_the_queued_node_it_takes_next_in_the_completion(
         at = kinds.index(("claimed", "s3"))
         assert kinds[at - 1] == ("committed", "s2")  # written by s2's transaction
         assert await queue.depth("default") == 0
+        # Only the item the serving loop popped (start) is acked alone, once it ran;
+        # every item a completion took and claimed is acked with that commit's push.
+        assert acks == ["-f:start"]
+        if other_task:  # start's commit readies s0-s4 and claims o:n0, o:n0's takes s0
+            assert pushes[2:] == [(siblings, ["-o:n0"]), *(([], [s]) for s in siblings)]
+        else:  # start's commit readies s1-s4 behind s0, which it claims
+            assert pushes[1:] == [(siblings[1:], []), *(([], [s]) for s in siblings[1:])]
+        assert await queue.queued() == set()  # no item left in the worker's hands
 
     run(main())
 

@@ -146,6 +146,31 @@ def test_ack_removes_from_processing(queues: QueueHarness) -> None:
     queues.run(scenario)
 
 
+def test_enqueue_acks_what_workers_hold_in_the_same_call(queues: QueueHarness) -> None:
+    """``enqueue(items, acks=...)`` acknowledges as ``ack`` would (one occurrence, any
+    priority, a no-op for what is not held), pushes the items, and does both with no
+    items or with a delay."""
+    async def scenario(queue: WorkQueue) -> None:
+        await queue.enqueue([item(0), item(1), item(2), item(3)])
+        held = [await queue.pop(w, timeout=0) for w in ("a", "b", "a", "b")]
+        assert held == [item(0), item(1), item(2), item(3)]
+        await queue.enqueue([item(4)], acks=[
+            ("a", item(0)),
+            ("b", WorkItem("t1", "n1", priority=7)),  # (priority is not identity)
+            ("b", item(2)),  # held by a, not b: a no-op
+            ("c", item(9)),  # never held
+        ])
+        assert await queue.queued() == {("t1", "n2"), ("t1", "n3"), ("t1", "n4")}
+        await queue.enqueue([], acks=[("a", item(2))])
+        assert await queue.queued() == {("t1", "n3"), ("t1", "n4")}
+        await queue.enqueue([item(5)], delay=60, acks=[("b", item(3))])
+        assert await queue.queued() == {("t1", "n4"), ("t1", "n5")}
+        assert await drain(queue, "a") == [item(4)]  # n5 is not due for a minute
+        assert await queue.recover("b") == 0
+
+    queues.run(scenario)
+
+
 def test_requeue_without_delay_returns_item_to_front_of_lane(queues: QueueHarness) -> None:
     async def scenario(queue: WorkQueue) -> None:
         await queue.enqueue([item(0), item(1)])

@@ -780,14 +780,16 @@ class CompleteRequest(_message.Message):
     def __init__(self, task_id: _Optional[str] = ..., node_id: _Optional[str] = ..., fence: _Optional[int] = ..., worker_id: _Optional[str] = ..., success: _Optional[_Union[CompleteRequest.Success, _Mapping]] = ..., failure: _Optional[_Union[CompleteRequest.Failure, _Mapping]] = ..., unavailable: _Optional[_Union[CompleteRequest.Unavailable, _Mapping]] = ..., paused: _Optional[_Union[CompleteRequest.Paused, _Mapping]] = ..., claim_lanes: _Optional[_Iterable[str]] = ..., claim_lease_seconds: _Optional[float] = ..., claim_node: _Optional[str] = ..., claim_task: _Optional[str] = ...) -> None: ...
 
 class CompleteReply(_message.Message):
-    __slots__ = ("result", "snapshot", "next")
+    __slots__ = ("result", "snapshot", "next", "acked")
     RESULT_FIELD_NUMBER: _ClassVar[int]
     SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
     NEXT_FIELD_NUMBER: _ClassVar[int]
+    ACKED_FIELD_NUMBER: _ClassVar[int]
     result: CompleteResult
     snapshot: TaskSnapshot
     next: ClaimReply
-    def __init__(self, result: _Optional[_Union[CompleteResult, str]] = ..., snapshot: _Optional[_Union[TaskSnapshot, _Mapping]] = ..., next: _Optional[_Union[ClaimReply, _Mapping]] = ...) -> None: ...
+    acked: bool
+    def __init__(self, result: _Optional[_Union[CompleteResult, str]] = ..., snapshot: _Optional[_Union[TaskSnapshot, _Mapping]] = ..., next: _Optional[_Union[ClaimReply, _Mapping]] = ..., acked: _Optional[bool] = ...) -> None: ...
 
 class EffectBeginRequest(_message.Message):
     __slots__ = ("key", "task_id", "node_id", "fence", "worker_id")
