@@ -85,6 +85,9 @@ def test_financial_dag_completes_through_the_api_and_two_executors(cluster: Topo
         assert found.claims == len(ids) * 4
         workers = {e.actor for t in ids for e in client.events(t) if e.kind == "claimed"}
     assert workers == {cluster.worker_id(0), cluster.worker_id(1)}
+    # Every queue item was acknowledged: by its executor once its node ran, or by the
+    # API with the push after the commit that claimed it for an executor's slot.
+    wait_until(lambda: not cluster.queued(), 10, what="no item left in Redis")
 
 
 def test_a_map_and_a_loop_run_through_the_api_and_two_executors(cluster: Topology) -> None:
