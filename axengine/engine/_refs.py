@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from axengine import template
 from axengine.dag import Node
 from axengine.errors import TemplateError
 
-__all__ = ["expression_refs", "guard_refs", "map_refs", "named", "param_refs",
-           "template_refs"]
+__all__ = ["expression_refs", "guard_refs", "literal_params", "map_refs", "named",
+           "param_refs", "template_refs"]
 
 
 def named(which: str, render: Callable[[Any, Mapping[str, Any]], Any], source: Any,
@@ -61,20 +61,22 @@ def _union_refs(sources: Iterable[str]) -> frozenset[str] | None:
     return frozenset(refs)
 
 
-def _per_node(compute: Callable[[Node], frozenset[str] | None]
-              ) -> Callable[[Node], frozenset[str] | None]:
+_T = TypeVar("_T")
+
+
+def _per_node(compute: Callable[[Node], _T]) -> Callable[[Node], _T]:
     """``compute`` remembered on the node, as :attr:`Node.targets` is: a node is frozen
     and its references are read on every decision that touches it."""
     attr = f"_{compute.__name__}"
 
     @functools.wraps(compute)
-    def per_node(node: Node) -> frozenset[str] | None:
+    def per_node(node: Node) -> _T:
         try:
             return node.__dict__[attr]  # type: ignore[no-any-return]
         except KeyError:
-            refs = compute(node)
-            object.__setattr__(node, attr, refs)
-            return refs
+            found = compute(node)
+            object.__setattr__(node, attr, found)
+            return found
 
     return per_node
 
@@ -87,6 +89,16 @@ def param_refs(node: Node) -> frozenset[str] | None:
     if node.description is not None and node.type == "human_gateway":
         sources.append(node.description)
     return _union_refs(sources)
+
+
+@_per_node
+def literal_params(node: Node) -> bool:
+    """Whether the node's input, prompt and (a gate's) description hold no template
+    markup: rendering them gives them back, whatever the context."""
+    texts = [node.prompt] if node.prompt is not None else []
+    if node.description is not None and node.type == "human_gateway":
+        texts.append(node.description)
+    return template.is_literal(node.input) and template.is_literal(texts)
 
 
 @_per_node

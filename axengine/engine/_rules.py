@@ -27,7 +27,7 @@ from axengine.blocking import BlockingPolicy, Verdict
 from axengine.dag import SCOPE, Dag, Node, is_item, is_visit
 from axengine.engine import _expand, _stall
 from axengine.engine._ramp import Ramp, Waiter, dependency_of
-from axengine.engine._refs import expression_refs, guard_refs, named, param_refs
+from axengine.engine._refs import expression_refs, guard_refs, literal_params, named, param_refs
 from axengine.engine._view import View
 from axengine.errors import Conflict, Forbidden, InputError, TemplateError
 from axengine.limits import canonical_json
@@ -405,12 +405,20 @@ class _Builder:
                       ) -> dict[str, Any]:
         """The node's rendered input (and prompt, and a gate's description); ``item``:
         a map item's ``item`` and ``index``."""
+        if literal_params(node):
+            # Nothing to render: no context to build (a node with fixed input).
+            params: dict[str, Any] = {"input": template.literal_value(node.input)}
+            if node.prompt is not None:
+                params["prompt"] = node.prompt
+            if node.type == "human_gateway" and node.description:
+                params["description"] = node.description
+            return params
         refs = param_refs(node)
         ctx = self.context(refs, node=node)
         if item is not None:
             ctx.update(item)
-        params: dict[str, Any] = {"input": named("input template", template.render_value,
-                                                  node.input, ctx)}
+        params = {"input": named("input template", template.render_value, node.input,
+                                 ctx)}
         # `input` is the task input in every template; a prompt and a gate's description
         # also read the node's own rendered input as `node.input`.
         own = {**ctx, "node": {"id": node.id, "input": params["input"]}}

@@ -90,6 +90,18 @@ def _render_tree(value: Any, context: Mapping[str, Any]) -> Any:
     return value
 
 
+def is_literal(value: Any) -> bool:
+    """Whether no string inside ``value`` has template markup: its rendering, in any
+    context, is :func:`literal_value` of it."""
+    return not any(_has_markup(text) for text in _each_string(value))
+
+
+def literal_value(value: Any) -> Any:
+    """The rendering of a value with no markup (:func:`is_literal`): a fresh copy of its
+    dicts and lists (tuples come back as lists), made without a context or a budget."""
+    return _render_tree(value, {})
+
+
 def render_value(value: Any, context: Mapping[str, Any]) -> Any:
     """Render every string inside dicts and lists (keys are not rendered).
 

@@ -13,6 +13,7 @@ from dataclasses import replace
 import pytest
 
 from axengine.dag import Dag
+from axengine.engine._refs import literal_params
 from axengine.engine._rules import (
     GATE_TIMEOUT_ACTOR,
     RuleConfig,
@@ -170,6 +171,35 @@ def test_submit_readies_entry_nodes_and_counts_the_rest_pending() -> None:
     assert a.input_revision == sha256_json(["t1", "a", {"input": 3}])
     assert (a.ready_at, a.fence, a.attempt) == (T0, 0, 0)
     assert [world.snaps[n].preds_left for n in "bcd"] == [1, 1, 2]
+
+
+def test_a_fixed_input_readies_as_a_fresh_copy_without_reading_upstream() -> None:
+    """A node whose input and prompt hold no template markup readies with them as they
+    are (``{{``-free strings stay text), in containers of its own: a handler that changes
+    its input changes neither the DAG nor another task's. A templated node still renders."""
+    world = World.submit("""
+    name: fixed
+    nodes:
+      a: {type: tool_call, tool: echo, input: {v: 1}, next: [b, c]}
+      b:
+        type: llm_call
+        model: sim
+        input: {cfg: {depth: 2, tags: [x, y]}, note: "50% off, no {braces}"}
+        prompt: A fixed prompt.
+      c: {type: tool_call, tool: echo, input: "{{ nodes.a.output.v }}"}
+    """)
+    world.complete("a", Success({"v": 5}), fence=running(world, "a"), now=at(2))
+    node = world.dag.node("b")
+    b = world.snaps["b"].input
+    assert b == {"input": node.input, "prompt": "A fixed prompt."}
+    assert b["input"] is not node.input
+    assert b["input"]["cfg"] is not node.input["cfg"]
+    assert b["input"]["cfg"]["tags"] is not node.input["cfg"]["tags"]
+    assert world.snaps["c"].input == {"input": 5}
+    # b took the fixed path (no context built); c and a templated prompt do not.
+    assert literal_params(node) and literal_params(world.dag.node("a"))
+    assert not literal_params(world.dag.node("c"))
+    assert not literal_params(replace(node, prompt="Hello {{ input.name }}"))
 
 
 def test_submit_is_deterministic() -> None:
