@@ -9,6 +9,8 @@ replaced by tripwires for the duration of each test.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -16,7 +18,13 @@ from typing import Any
 import pytest
 
 from axengine.errors import TemplateError, TemplateLimitError, TemplateSecurityError
-from axengine.template import evaluate_expression, evaluate_guard, render, template_context
+from axengine.template import (
+    MAX_CALL_DEPTH,
+    evaluate_expression,
+    evaluate_guard,
+    render,
+    template_context,
+)
 
 SEC = TemplateSecurityError
 LIM = TemplateLimitError
@@ -203,3 +211,44 @@ def test_the_render_deadline_never_interrupts_code_outside_the_render() -> None:
     assert session.countdown <= 0  # still counted: the next render frame checks
     with pytest.raises(_Interrupted):
         session.trace(frame_of("jinja2.runtime"), "call", None)
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
+        "{% for x in [1] recursive %}{{ loop([x]) }}{% endfor %}",
+        "{% macro f() %}{{ caller() }}{% endmacro %}"
+        "{% macro g(n) %}{% call f() %}{{ g(n + 1) }}{% endcall %}{% endmacro %}{{ g(0) }}",
+    ],
+    ids=["macro", "loop", "caller"],
+)
+def test_deep_recursion_is_refused_whatever_the_recursion_limit(payload: str) -> None:
+    # A host process may raise the recursion limit; Jinja2 calls that deep overflow the
+    # C stack (a segfault, not a RecursionError), so the sandbox counts levels itself.
+    # In a child process, so that a crash fails this test and not the test run.
+    script = (
+        "import sys; sys.setrecursionlimit(1_000_000)\n"
+        "from axengine.errors import TemplateLimitError\n"
+        "from axengine.template import render\n"
+        "try:\n"
+        "    render(sys.argv[1], {})\n"
+        "except TemplateLimitError as exc:\n"
+        "    print(type(exc).__name__, exc.line, exc)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, payload], capture_output=True, text=True, timeout=25
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.startswith("TemplateLimitError 1 "), done.stdout
+    assert f"nested deeper than {MAX_CALL_DEPTH} levels" in done.stdout
+
+
+def test_macros_nest_up_to_the_call_depth_bound() -> None:
+    source = (
+        "{% macro f(n) %}{% if n %}{{ f(n - 1) }}{% else %}bottom{% endif %}{% endmacro %}"
+        "{{ f(depth) }}"
+    )
+    assert render(source, {"depth": MAX_CALL_DEPTH - 1}) == "bottom"
+    with pytest.raises(TemplateLimitError, match="nested deeper than"):
+        render(source, {"depth": MAX_CALL_DEPTH})

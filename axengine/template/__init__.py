@@ -54,13 +54,19 @@ from axengine.template._api import (
     render_value,
     template_context,
 )
-from axengine.template._budget import MAX_OUTPUT_CHARS, MAX_RANGE, MAX_RENDER_SECONDS
+from axengine.template._budget import (
+    MAX_CALL_DEPTH,
+    MAX_OUTPUT_CHARS,
+    MAX_RANGE,
+    MAX_RENDER_SECONDS,
+)
 from axengine.template._expression import evaluate_expression, expression_labels
 from axengine.template._normalize import normalize
 from axengine.template._refs import referenced_nodes
 from axengine.template._static import TemplateKind, TemplateProblem, check_template, names_read
 
 __all__ = [
+    "MAX_CALL_DEPTH",
     "MAX_OUTPUT_CHARS",
     "MAX_RANGE",
     "MAX_RENDER_SECONDS",

@@ -28,6 +28,10 @@ MAX_OUTPUT_CHARS: int = 65536
 MAX_RENDER_SECONDS: float = 0.25
 #: Bound on the length of ``range()``.
 MAX_RANGE: int = 10000
+#: Bound on nested macro calls and recursive loop levels in one render. It holds
+#: whatever recursion limit the host process set: deeper Jinja2 calls would overflow the
+#: C stack (a crash, not an error) in a process that raised ``sys.setrecursionlimit``.
+MAX_CALL_DEPTH: int = 100
 
 #: Characters (or list items) one render may build in intermediate values. Generous, so
 #: that a guard may lower-case a big document, but small enough to cap memory.
@@ -79,13 +83,14 @@ gc.callbacks.append(_count_gc)
 class _Session:
     """The budget of one render: CPU deadline, trace countdown, characters built."""
 
-    __slots__ = ("countdown", "deadline", "gc_spent", "lines", "work")
+    __slots__ = ("countdown", "deadline", "depth", "gc_spent", "lines", "work")
 
     def __init__(self) -> None:
         self.deadline = time.thread_time() + MAX_RENDER_SECONDS
         self.gc_spent = _GC_CLOCK.spent
         self.countdown = _CHECK_EVERY
         self.work = 0
+        self.depth = 0
         self.lines = self._trace_lines
 
     def check_clock(self) -> None:
@@ -139,6 +144,21 @@ def _charge(amount: int) -> None:
     session.work += amount
     if session.work > _MAX_WORK_CHARS:
         raise _error(TemplateLimitError, _BUDGET_MESSAGE)
+
+
+def _nested_call(call: Callable[[], _T]) -> _T:
+    """Run a macro or recursive-loop call one level deeper, within MAX_CALL_DEPTH."""
+    session = _SESSION.get()
+    if session is None:
+        return call()
+    if session.depth >= MAX_CALL_DEPTH:
+        message = f"macro calls or recursive loops nested deeper than {MAX_CALL_DEPTH} levels"
+        raise _error(TemplateLimitError, message)
+    session.depth += 1
+    try:
+        return call()
+    finally:
+        session.depth -= 1
 
 
 def _remaining() -> int:

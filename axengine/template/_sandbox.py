@@ -17,7 +17,14 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.utils import missing
 
 from axengine.errors import TemplateLimitError
-from axengine.template._budget import _MAX_INT_BITS, MAX_OUTPUT_CHARS, _charge, _error, _size
+from axengine.template._budget import (
+    _MAX_INT_BITS,
+    MAX_OUTPUT_CHARS,
+    _charge,
+    _error,
+    _nested_call,
+    _size,
+)
 from axengine.template._filters import _build_filters
 from axengine.template._values import (
     _bounded_range,
@@ -178,8 +185,10 @@ class _Sandbox(ImmutableSandboxedEnvironment):
     def call(self, context: Context, obj: Any, /, *args: Any, **kwargs: Any) -> Any:
         if isinstance(obj, Undefined):
             obj._fail_with_undefined_error()
-        if obj is _bounded_range or isinstance(obj, (Macro, LoopContext)):
+        if obj is _bounded_range:
             return context.call(obj, *args, **kwargs)
+        if isinstance(obj, (Macro, LoopContext)):
+            return _nested_call(lambda: context.call(obj, *args, **kwargs))
         owner = getattr(obj, "__self__", None)
         name = getattr(obj, "__name__", "")
         if not (
