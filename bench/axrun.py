@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from axengine.clock import SYSTEM, wait_event
 from axengine.dag import load_dag_mapping
 from axengine.engine import Engine, Event, Reconciler, TaskRecord, host_pid_owner
 from axengine.queue import WorkItem, WorkQueue
@@ -228,8 +229,17 @@ async def _run(spec: dict[str, Any]) -> dict[str, Any]:
 
     engine.add_listener(on_commit)
     stop = asyncio.Event()
+
+    async def reconcile_later() -> None:
+        if not await wait_event(SYSTEM, stop, interval):
+            await reconciler.run(stop)
+
+    # As every ax process starts (AxProcess.start): the first reconciler pass before any
+    # traffic (on a fresh store it writes the index marker while there is no task to
+    # index), the loop's next pass one interval later.
+    await reconciler.pass_if_leader()
     background = [asyncio.create_task(worker.run(stop)),
-                  asyncio.create_task(reconciler.run(stop))]
+                  asyncio.create_task(reconcile_later())]
     kind, size = spec["shape"], int(spec.get("size", 0))
     tasks, inflight = int(spec.get("tasks", 1)), int(spec.get("inflight", 1))
     statuses: Counter[str] = Counter()
