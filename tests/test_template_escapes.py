@@ -20,6 +20,7 @@ import pytest
 from axengine.errors import TemplateError, TemplateLimitError, TemplateSecurityError
 from axengine.template import (
     MAX_CALL_DEPTH,
+    MAX_NESTING,
     evaluate_expression,
     evaluate_guard,
     render,
@@ -111,6 +112,12 @@ PAYLOADS: list[tuple[str, str, type[TemplateError]]] = [
     ("map-amplify", "{{ range(10000)|map('string')|map('center', 60000)|list|length }}", LIM),
     ("macro-block-flood", MACRO_FLOOD + "{{ m()|length }}", LIM),
     ("deep-nesting", "{{ " + "(" * 5000 + "1" + ")" * 5000 + " }}", LIM),
+    # Deep trees that parse: Jinja2's visitors and Python's compiler would recurse on them
+    # (or refuse the generated code with a SyntaxError that is not a TemplateError).
+    ("filter-chain", "{{ 1" + "|string" * 250 + " }}", LIM),
+    ("operator-chain", "{{ " + " + ".join(["1"] * 300) + " }}", LIM),
+    ("attribute-chain", "{{ input" + ".a" * 300 + " }}", LIM),
+    ("nested-loops", "{% for i in [1] %}" * 25 + "x" + "{% endfor %}" * 25, LIM),
 ]
 
 
@@ -213,20 +220,29 @@ def test_the_render_deadline_never_interrupts_code_outside_the_render() -> None:
         session.trace(frame_of("jinja2.runtime"), "call", None)
 
 
+DEEPER_THAN_CALLS = f"macro calls or recursive loops nested deeper than {MAX_CALL_DEPTH} levels"
+DEEPER_THAN_TREE = f"the template is nested deeper than {MAX_NESTING} levels"
+
+
 @pytest.mark.parametrize(
-    "payload",
+    ("payload", "expected"),
     [
-        "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
-        "{% for x in [1] recursive %}{{ loop([x]) }}{% endfor %}",
-        "{% macro f() %}{{ caller() }}{% endmacro %}"
-        "{% macro g(n) %}{% call f() %}{{ g(n + 1) }}{% endcall %}{% endmacro %}{{ g(0) }}",
+        ("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", DEEPER_THAN_CALLS),
+        ("{% for x in [1] recursive %}{{ loop([x]) }}{% endfor %}", DEEPER_THAN_CALLS),
+        ("{% macro f() %}{{ caller() }}{% endmacro %}"
+         "{% macro g(n) %}{% call f() %}{{ g(n + 1) }}{% endcall %}{% endmacro %}{{ g(0) }}",
+         DEEPER_THAN_CALLS),
+        ("{{ " + "[" * 20000 + "1" + "]" * 20000 + " }}", DEEPER_THAN_TREE),
+        ("{{ 1" + "|e" * 20000 + " }}", DEEPER_THAN_TREE),
     ],
-    ids=["macro", "loop", "caller"],
+    ids=["macro", "loop", "caller", "nested-lists", "filter-chain"],
 )
-def test_deep_recursion_is_refused_whatever_the_recursion_limit(payload: str) -> None:
-    # A host process may raise the recursion limit; Jinja2 calls that deep overflow the
-    # C stack (a segfault, not a RecursionError), so the sandbox counts levels itself.
-    # In a child process, so that a crash fails this test and not the test run.
+def test_deep_recursion_is_refused_whatever_the_recursion_limit(payload: str,
+                                                                 expected: str) -> None:
+    # A host process may raise the recursion limit; Jinja2 calls, visitors and generators
+    # that deep overflow the C stack (a segfault, not a RecursionError), so the sandbox
+    # counts call levels and the compiler tree depth itself. In a child process, so that
+    # a crash fails this test and not the test run.
     script = (
         "import sys; sys.setrecursionlimit(1_000_000)\n"
         "from axengine.errors import TemplateLimitError\n"
@@ -241,7 +257,7 @@ def test_deep_recursion_is_refused_whatever_the_recursion_limit(payload: str) ->
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.startswith("TemplateLimitError 1 "), done.stdout
-    assert f"nested deeper than {MAX_CALL_DEPTH} levels" in done.stdout
+    assert expected in done.stdout
 
 
 def test_macros_nest_up_to_the_call_depth_bound() -> None:

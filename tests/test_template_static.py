@@ -158,6 +158,10 @@ REVIEW_PAYLOADS: list[tuple[str, str]] = [
 
 ALL_PAYLOADS = [(name, source) for name, source, _ in PAYLOADS] + REVIEW_PAYLOADS
 
+#: Limit payloads refused at validation: they do not compile within the nesting bounds.
+NESTED_TOO_DEEPLY = {"deep-nesting", "filter-chain", "operator-chain", "attribute-chain",
+                     "nested-loops"}
+
 #: Payloads ``ax validate`` lets through, and why. The sandbox refuses every one of them
 #: when the node runs (``tests/test_template_escapes.py`` asserts that for each).
 RUNTIME_ONLY: dict[str, str] = {
@@ -168,9 +172,8 @@ RUNTIME_ONLY: dict[str, str] = {
     # macros, loops): whether `'a' * n` is too big depends on values, which is the
     # runtime budget's job (size checks before each step, CPU clock, output bound).
     **{name: "runtime budget (TemplateLimitError)" for name, _, expected in PAYLOADS
-       if expected is TemplateLimitError and name != "deep-nesting"},
+       if expected is TemplateLimitError and name not in NESTED_TOO_DEEPLY},
 }
-# `deep-nesting` is refused at validation: it does not parse within the recursion bound.
 
 SITE_LINE = {"input": 6, "prompt": 6, "guard": 7, "expression": 6, "expression-if": 8}
 

@@ -60,6 +60,7 @@ from axengine.template._budget import (
     MAX_RANGE,
     MAX_RENDER_SECONDS,
 )
+from axengine.template._compiler import MAX_NESTING
 from axengine.template._expression import evaluate_expression, expression_labels
 from axengine.template._normalize import normalize
 from axengine.template._refs import referenced_nodes
@@ -67,6 +68,7 @@ from axengine.template._static import TemplateKind, TemplateProblem, check_templ
 
 __all__ = [
     "MAX_CALL_DEPTH",
+    "MAX_NESTING",
     "MAX_OUTPUT_CHARS",
     "MAX_RANGE",
     "MAX_RENDER_SECONDS",

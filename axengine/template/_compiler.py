@@ -17,6 +17,9 @@ from axengine.template._sandbox import _ENV
 from axengine.template._values import _bounded_range, _to_native
 
 _RESULT = "_ax_result"
+#: Deepest nesting of a template's syntax tree: expressions inside expressions (a
+#: filter, an operator, an attribute each add a level), blocks inside blocks.
+MAX_NESTING = 100
 
 
 class _Compiled:
@@ -36,6 +39,36 @@ class _Compiled:
             self.template = _ENV.from_string(tree)
         except TemplateSyntaxError as exc:  # unknown filter or test, found by the compiler
             raise _error(TemplateError, exc.message or str(exc), exc.lineno) from exc
+        except (RecursionError, SyntaxError, MemoryError) as exc:
+            # Python refuses the generated code (more than 200 nested brackets, 20 nested
+            # loops, 100 indentation levels) or recursed too deep building it.
+            raise _error(TemplateLimitError, _too_deep(exc)) from None
+
+
+def _too_deep(exc: BaseException | None = None) -> str:
+    message = "the template is nested too deeply"
+    if isinstance(exc, SyntaxError) and exc.msg:
+        message += f" ({exc.msg})"
+    return message
+
+
+def _walk(tree: nodes.Node) -> None:
+    """Refuse a tree nested deeper than :data:`MAX_NESTING` or holding a refused tag,
+    in one walk without recursion (run before anything that recurses over the tree:
+    Jinja2's visitors, ``find_all``'s nested generators and Python's compiler recurse
+    on the C stack, which no recursion limit bounds when the host raised it)."""
+    todo: list[tuple[nodes.Node, int]] = [(tree, 1)]
+    while todo:
+        node, depth = todo.pop()
+        if depth > MAX_NESTING:
+            message = f"the template is nested deeper than {MAX_NESTING} levels"
+            raise _error(TemplateLimitError, message, node.lineno)
+        tag = _REFUSED_TAGS.get(type(node))
+        if tag is not None:
+            message = f"{{% {tag} %}} is not allowed in ax templates (no file, module or escaping)"
+            raise _error(TemplateSecurityError, message, node.lineno)
+        # Children pushed last first: they come off the stack in document order.
+        todo.extend((child, depth + 1) for child in reversed(list(node.iter_child_nodes())))
 
 
 _REFUSED_TAGS: dict[type[nodes.Node], str] = {
@@ -55,11 +88,8 @@ def _compile(normalized: str) -> _Compiled:
     except TemplateSyntaxError as exc:
         raise _error(TemplateError, exc.message or str(exc), exc.lineno) from exc
     except RecursionError:
-        raise _error(TemplateLimitError, "the template is nested too deeply") from None
-    for node in tree.find_all(tuple(_REFUSED_TAGS)):
-        tag = _REFUSED_TAGS[type(node)]
-        message = f"{{% {tag} %}} is not allowed in ax templates (no file, module or escaping)"
-        raise _error(TemplateSecurityError, message, node.lineno)
+        raise _error(TemplateLimitError, _too_deep()) from None
+    _walk(tree)
     expr = None
     if len(tree.body) == 1 and isinstance(tree.body[0], nodes.Output):
         parts = [
@@ -96,10 +126,11 @@ def _compile_condition(code: str, line_base: int) -> _Compiled:
         message = "the condition is nested too deeply"
         raise _error(TemplateLimitError, message, 1 + line_base) from None
     try:
+        _walk(expr)
         return _Compiled(nodes.Template([], lineno=1), expr)
-    except TemplateError as exc:  # an unknown filter or test: shift to the clause's line
+    except TemplateError as exc:  # an unknown filter or test, a limit: the clause's line
         line = (getattr(exc, "line", 0) or 1) + line_base
-        raise _error(TemplateError, f"bad condition: {exc}", line) from exc
+        raise _error(type(exc), f"bad condition: {exc}", line) from exc
 
 
 def _run(compiled: _Compiled, context: Mapping[str, Any]) -> Any:
