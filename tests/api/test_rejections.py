@@ -90,6 +90,28 @@ def test_yaml_syntax_error_and_invalid_dag_list_problems(
     unchanged(response)
 
 
+@pytest.mark.parametrize(("template", "expected"), [
+    # A filter chain Python would refuse to compile (raw SyntaxError before: a 500).
+    ("{{ .input.x" + "|string" * 250 + " }}", "nested deeper than 100 levels"),
+    # One Jinja2's compiler would recurse on until RecursionError.
+    ("{{ .input.x" + "|string" * 1000 + " }}", "nested deeper than 100 levels"),
+    # Shallow as a tree, but Python allows 20 nested loops in the code it compiles to.
+    ("{% for i in [1] %}" * 25 + "x" + "{% endfor %}" * 25,
+     "nested too deeply (too many statically nested blocks)"),
+])
+def test_a_template_nested_too_deeply_is_a_dag_error_not_a_500(
+        template: str, expected: str, quiet: ServerHandle,
+        unchanged: Callable[[httpx.Response], None]) -> None:
+    client = quiet.client("submit")
+    response = client.post("/v1/tasks", json={"dag": {"name": "deep", "nodes": {"a": {
+        "type": "tool_call", "tool": "echo", "input": {"v": template}}}}})
+    assert expected in error_of(response, 400, "DagError")
+    problem = response.json()["error"]["problems"][0]
+    assert (problem["node"], problem["field"], problem["code"]) == (
+        "a", "input.v", "template-syntax"), problem
+    unchanged(response)
+
+
 def test_exactly_one_dag_source(quiet: ServerHandle,
                                 unchanged: Callable[[httpx.Response], None]) -> None:
     client = quiet.client("submit")
