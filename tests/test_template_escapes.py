@@ -118,6 +118,9 @@ PAYLOADS: list[tuple[str, str, type[TemplateError]]] = [
     ("operator-chain", "{{ " + " + ".join(["1"] * 300) + " }}", LIM),
     ("attribute-chain", "{{ input" + ".a" * 300 + " }}", LIM),
     ("nested-loops", "{% for i in [1] %}" * 25 + "x" + "{% endfor %}" * 25, LIM),
+    # Python reads integers of 4,300 digits at most (a ValueError from Jinja2's lexer).
+    ("huge-int-literal", "{{ 1" + "0" * 5000 + " }}", LIM),
+    ("huge-int-index", "{{ input[1" + "0" * 5000 + "] }}", LIM),
 ]
 
 

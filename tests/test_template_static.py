@@ -158,9 +158,10 @@ REVIEW_PAYLOADS: list[tuple[str, str]] = [
 
 ALL_PAYLOADS = [(name, source) for name, source, _ in PAYLOADS] + REVIEW_PAYLOADS
 
-#: Limit payloads refused at validation: they do not compile within the nesting bounds.
+#: Limit payloads refused at validation: they do not compile within the nesting bounds
+#: (or hold an integer literal Python will not read).
 NESTED_TOO_DEEPLY = {"deep-nesting", "filter-chain", "operator-chain", "attribute-chain",
-                     "nested-loops"}
+                     "nested-loops", "huge-int-literal", "huge-int-index"}
 
 #: Payloads ``ax validate`` lets through, and why. The sandbox refuses every one of them
 #: when the node runs (``tests/test_template_escapes.py`` asserts that for each).

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -52,6 +53,12 @@ def _too_deep(exc: BaseException | None = None) -> str:
     return message
 
 
+def _bad_literal(exc: ValueError) -> str:
+    if "integer string conversion" in str(exc):
+        return f"an integer literal longer than {sys.get_int_max_str_digits()} digits"
+    return f"a literal Python cannot read ({exc})"
+
+
 def _walk(tree: nodes.Node) -> None:
     """Refuse a tree nested deeper than :data:`MAX_NESTING` or holding a refused tag,
     in one walk without recursion (run before anything that recurses over the tree:
@@ -89,6 +96,8 @@ def _compile(normalized: str) -> _Compiled:
         raise _error(TemplateError, exc.message or str(exc), exc.lineno) from exc
     except RecursionError:
         raise _error(TemplateLimitError, _too_deep()) from None
+    except ValueError as exc:  # Jinja2's lexer: an integer literal of over 4,300 digits
+        raise _error(TemplateLimitError, _bad_literal(exc)) from None
     _walk(tree)
     expr = None
     if len(tree.body) == 1 and isinstance(tree.body[0], nodes.Output):
@@ -124,6 +133,9 @@ def _compile_condition(code: str, line_base: int) -> _Compiled:
         raise _error(TemplateError, f"bad condition: {exc.message}", line) from exc
     except RecursionError:
         message = "the condition is nested too deeply"
+        raise _error(TemplateLimitError, message, 1 + line_base) from None
+    except ValueError as exc:
+        message = f"bad condition: {_bad_literal(exc)}"
         raise _error(TemplateLimitError, message, 1 + line_base) from None
     try:
         _walk(expr)
