@@ -33,6 +33,7 @@ __all__ = [
     "MAX_JSON_DEPTH",
     "canonical_json",
     "check_json_value",
+    "finite_float",
     "json_depth",
     "parse_json_text",
 ]
@@ -83,6 +84,16 @@ def canonical_json(value: Any, field: str = "value") -> str:
 def _refuse_constant(name: str) -> NoReturn:
     # json.loads calls this for NaN, Infinity and -Infinity, which are not JSON.
     raise ValueError(f"{name} is not a JSON number")
+
+
+def finite_float(text: str) -> float:
+    """``json.loads``' ``parse_float``: a number past a 64-bit float (``1e400``) is
+    refused where it is read, not turned into an infinity that fails later."""
+    value = float(text)
+    if not math.isfinite(value):
+        shown = text if len(text) <= 40 else text[:37] + "..."
+        raise ValueError(f"{shown} is out of range for a JSON number (a 64-bit float)")
+    return value
 
 
 def json_depth(value: Any) -> int:
@@ -157,13 +168,14 @@ def parse_json_text(text: str | bytes, field: str, *, max_depth: int = MAX_JSON_
     """Parse JSON text strictly and check it with :func:`check_json_value`.
 
     Raises:
-        InputError: Not JSON, a ``NaN``/``Infinity`` literal, an integer past Python's
-            digit limit, nested too deep, or too large (each names ``field``).
+        InputError: Not JSON, a ``NaN``/``Infinity`` literal or a number past a float's
+            range, an integer past Python's digit limit, nested too deep, or too large
+            (each names ``field``).
     """
     if len(text) > max_bytes:
         raise InputError(f"{field} is {len(text)} bytes of JSON; the limit is {max_bytes}")
     try:
-        value = json.loads(text, parse_constant=_refuse_constant)
+        value = json.loads(text, parse_constant=_refuse_constant, parse_float=finite_float)
     except json.JSONDecodeError as exc:
         raise InputError(f"{field} is not valid JSON: {exc.msg} (line {exc.lineno}, "
                          f"column {exc.colno})") from None

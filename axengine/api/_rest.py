@@ -341,12 +341,13 @@ def strict_json_body(body: bytes) -> Any:
     position; the rest raises a 400 :class:`HTTPException` naming the field and limit.
     """
     try:
-        value = json.loads(body, parse_constant=_refuse_constant)
+        value = json.loads(body, parse_constant=_refuse_constant,
+                           parse_float=limits.finite_float)
     except json.JSONDecodeError:
         raise
     except RecursionError:
         raise _too_deep(_deepest_field(body)) from None
-    except ValueError as exc:  # NaN/Infinity, bad UTF-8, an integer too long to parse
+    except ValueError as exc:  # NaN/Infinity, 1e400, bad UTF-8, an integer too long to parse
         raise HTTPException(400, f"request body is not standard JSON: {exc}") from None
     # Each field may nest MAX_JSON_DEPTH levels under the body object itself.
     if isinstance(value, dict):

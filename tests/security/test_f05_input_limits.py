@@ -68,6 +68,7 @@ BAD_INPUTS = {
     "NaN": '{"x": NaN}',
     "Infinity": "[Infinity]",
     "-Infinity": '{"x": [1, -Infinity]}',
+    "past a float": '{"x": -1e400}',
     "lone surrogate": '"\\ud800"',
 }
 
@@ -82,6 +83,8 @@ def test_rest_refuses_bad_inputs_and_stores_nothing(topology: Topology, case: st
     message = reply.json()["error"]["message"]
     if "levels" in case or "deep" in case:
         assert "input" in message and str(MAX_JSON_DEPTH) in message, message
+    if case == "past a float":  # named as written, not as the infinity it would become
+        assert "-1e400 is out of range for a JSON number" in message, message
     assert store_state(topology) == before
 
 
@@ -96,6 +99,8 @@ def test_grpc_refuses_bad_inputs_and_stores_nothing(topology: Topology, case: st
     assert error.code() == grpc.StatusCode.INVALID_ARGUMENT, error.details()
     if "levels" in case or "deep" in case:
         assert "input_json" in error.details() and str(MAX_JSON_DEPTH) in error.details()
+    if case == "past a float":
+        assert "-1e400 is out of range for a JSON number" in error.details()
     assert store_state(topology) == before
 
 
