@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from typing import Any, NoReturn
 
 from axengine.errors import InputError
@@ -78,7 +79,19 @@ def canonical_json(value: Any, field: str = "value") -> str:
     except RecursionError:
         raise InputError(f"{field} is nested too deeply to write as JSON") from None
     except (ValueError, TypeError) as exc:
-        raise InputError(f"{field} is not standard JSON: {exc}") from None
+        raise InputError(f"{field} is not standard JSON: {_why_not_json(exc)}") from None
+
+
+def _why_not_json(exc: Exception) -> str:
+    """The json module's complaint, in the terms of the value."""
+    text = str(exc)
+    if "Out of range float" in text:
+        return "it holds NaN or an infinity"
+    if "integer string conversion" in text:
+        return f"it holds an integer longer than {sys.get_int_max_str_digits()} digits"
+    if "not supported between instances" in text:  # sort_keys over mixed key types
+        return f"its object keys are not all strings ({text})"
+    return text
 
 
 def _refuse_constant(name: str) -> NoReturn:

@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 from axengine import template
 from axengine.dag import SCOPE, Node, item_id, visit_id
 from axengine.engine._refs import map_refs, named, template_refs
-from axengine.errors import TemplateError
+from axengine.errors import InputError, TemplateError
 from axengine.records import (
     FINAL_STATES,
     MAP_OWNER,
@@ -125,10 +125,14 @@ def ready_map(b: _Builder, node: Node, snap: Snapshot) -> list[str]:
                          f"bound is {node.item_bound:,} (max_items)", retryable=False)
     from axengine.engine._rules import sha256_json
 
+    try:
+        revision = sha256_json([snap.task_id, node.id, items], "map template: the rendered list")
+    except InputError as exc:
+        return b.failure(node, snap, str(exc), retryable=False)
     parent = replace(
         snap, state=NodeState.RUNNING, owner=MAP_OWNER, lease_until=0.0,
         input={"items": items}, input_ref=None,
-        input_revision=sha256_json([snap.task_id, node.id, items]),
+        input_revision=revision,
         attempt=snap.attempt + 1, fence=snap.fence + 1, ready_at=b.now, started_at=b.now,
         not_before=0.0, error="", evidence="",
         items=len(items), items_started=0, items_done=0,
@@ -188,7 +192,7 @@ def _start_item(b: _Builder, node: Node, parent: Snapshot, index: int,
                 item: Any) -> str | None:
     """Ready item ``index`` (a fresh snapshot under a fence above any earlier run of
     it). Returns the error when its templates do not render (the item is then FAILED)."""
-    from axengine.engine._rules import sha256_json
+    from axengine.engine._rules import RENDERED_INPUT, sha256_json
 
     iid = item_id(node.id, index)
     old = b.snap(iid)  # a fresh PENDING snapshot when the item never ran
@@ -196,13 +200,13 @@ def _start_item(b: _Builder, node: Node, parent: Snapshot, index: int,
                     checkpoint=old.checkpoint, ready_at=b.now)
     try:
         params = b.render_params(node, {"item": item, "index": index})
-    except TemplateError as exc:
+        revision = sha256_json([parent.task_id, iid, params], RENDERED_INPUT)
+    except (TemplateError, InputError) as exc:
         failed = replace(base, state=NodeState.FAILED, error=str(exc), finished_at=b.now)
         b.write(failed)
         b.event("failed", failed, str(exc))
         return str(exc)
-    ready = replace(base, state=NodeState.WAITING, input=params,
-                    input_revision=sha256_json([parent.task_id, iid, params]))
+    ready = replace(base, state=NodeState.WAITING, input=params, input_revision=revision)
     b.write(ready)
     b.event("ready", ready, f"item {index} of {parent.items}")
     b.plan.enqueue.append((iid, 0.0))
@@ -335,19 +339,20 @@ def ready_subdag(b: _Builder, node: Node, snap: Snapshot) -> list[str]:
     """Start sub-DAG node ``node``: render its input, hold it RUNNING while its DAG
     runs and ready that DAG's first nodes. Returns ``[node.id]`` when it is decided on
     the spot (its input did not render)."""
-    from axengine.engine._rules import sha256_json
+    from axengine.engine._rules import RENDERED_INPUT, sha256_json
 
     assert node.subdag is not None
     try:
         params = b.render_params(node)
-    except TemplateError as exc:
+        revision = sha256_json([snap.task_id, node.id, params], RENDERED_INPUT)
+    except (TemplateError, InputError) as exc:
         return b.failure(node, snap, str(exc), retryable=False)
     dag = b.view.dag
     children = dag.children(node.id)
     last = [c for c in children if not dag.nodes[c].targets]
     started = replace(
         snap, state=NodeState.RUNNING, owner=SUBDAG_OWNER, lease_until=0.0, input=params,
-        input_ref=None, input_revision=sha256_json([snap.task_id, node.id, params]),
+        input_ref=None, input_revision=revision,
         attempt=snap.attempt + 1, fence=snap.fence + 1, ready_at=b.now, started_at=b.now,
         not_before=0.0, error="", evidence="", items=len(last), items_done=0,
     )
@@ -404,12 +409,13 @@ def _finish_subdag(b: _Builder, node: Node, parent: Snapshot) -> list[str]:
             output = {nid[len(prefix):]: b.output_of(nid) for nid in children
                       if not dag.nodes[nid].targets
                       and b.snap(nid).state is NodeState.SUCCEEDED}
+        digest = sha256_json(output, "sub-DAG output template: the rendered output")
         hops = b.decide_edges(node, output)
-    except TemplateError as exc:
+    except (TemplateError, InputError) as exc:
         return b.failure(node, held, str(exc), retryable=False)
     done = replace(
         held, state=NodeState.SUCCEEDED, output=output, output_ref=None,
-        output_sha256=sha256_json(output), next_hops=hops, finished_at=b.now, error="",
+        output_sha256=digest, next_hops=hops, finished_at=b.now, error="",
     )
     b.write(done)
     b.event("committed", done, f"sub-DAG {node.subdag.name} -> {_taken(hops)}")

@@ -148,9 +148,18 @@ class Plan:
 # --------------------------------------------------------------------------- helpers
 
 
-def sha256_json(value: Any) -> str:
-    """sha256 hex of the canonical JSON of ``value`` (:func:`axengine.limits.canonical_json`)."""
-    return hashlib.sha256(canonical_json(value).encode()).hexdigest()
+def sha256_json(value: Any, field: str = "value") -> str:
+    """sha256 hex of the canonical JSON of ``value`` (:func:`axengine.limits.canonical_json`).
+
+    Raises:
+        InputError: ``value`` is not standard JSON (a template rendered NaN, say); the
+            message names ``field``.
+    """
+    return hashlib.sha256(canonical_json(value, field).encode()).hexdigest()
+
+
+#: How a rendered input that JSON cannot hold is named in the node's failure.
+RENDERED_INPUT = "input template: the rendered input"
 
 
 def backoff_delay(attempt: int, key: str, config: RuleConfig) -> float:
@@ -381,11 +390,12 @@ class _Builder:
             return _expand.ready_subdag(self, node, snap)
         try:
             params = self.render_params(node)
-        except TemplateError as exc:  # named by render_params: input, prompt, description
+            revision = sha256_json([snap.task_id, node.id, params], RENDERED_INPUT)
+        except (TemplateError, InputError) as exc:  # named: input, prompt, description
             return self.failure(node, snap, str(exc), retryable=False)
         snap = replace(
             snap, state=NodeState.WAITING, input=params, input_ref=None,
-            input_revision=sha256_json([snap.task_id, node.id, params]),
+            input_revision=revision,
             ready_at=self.now, not_before=0.0, error="", evidence="", last_updated=self.now,
         )
         if node.type == "human_gateway":
@@ -445,9 +455,10 @@ class _Builder:
             if node.input is not None:
                 output = named("input template", template.render_value, node.input,
                                 self.context(param_refs(node), node=node))
+                canonical_json(output, RENDERED_INPUT)  # stored with the decision
             ctx = self.context(expression_refs(node), output, node=node)
             label = named("expression", template.evaluate_expression, node.expression, ctx)
-        except TemplateError as exc:
+        except (TemplateError, InputError) as exc:
             return self.failure(node, snap, str(exc), retryable=False)
         try:
             hops = self.decide_edges(node, label, label)

@@ -201,6 +201,9 @@ def _mapped(exc: BaseException, line_base: int, default_line: int) -> TemplateEr
         return _error(TemplateLimitError, "recursion too deep (recursive macro or loop)", line)
     if isinstance(exc, MemoryError):
         return _error(TemplateLimitError, "the template ran out of memory", line)
+    if isinstance(exc, ValueError) and "integer string conversion" in str(exc):
+        message = f"an integer longer than {sys.get_int_max_str_digits()} digits cannot be text"
+        return _error(TemplateLimitError, message, line)
     if isinstance(exc, SecurityError):
         return _error(TemplateSecurityError, str(exc), line)
     if isinstance(exc, UndefinedError):

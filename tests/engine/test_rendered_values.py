@@ -1,0 +1,87 @@
+"""A template that renders a value JSON cannot hold (NaN, an infinity, object keys of
+mixed types, an integer past Python's 4,300 digits) fails its own node, with the reason.
+
+Before, the value reached the hash of the node's input (or the encoding of its
+snapshot) and raised there, inside the transaction that readies the node: the submit,
+or the predecessor's completion, failed with an error naming no node, and a completion
+failed again each time it was retried.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import axengine as ax
+
+#: Template → the reason the node's error gives.
+NOT_JSON = {
+    "infinity": ("{{ 'inf'|float }}", "it holds NaN or an infinity"),
+    "mixed keys": ("{{ {1: 'a', 'b': 2} }}", "its object keys are not all strings"),
+    "huge integer": ("{{ ('9' * 4300)|int + 1 }}",
+                     "it holds an integer longer than 4300 digits"),
+}
+
+
+def downstream(where: str, rendered: str) -> dict[str, Any]:
+    """Node ``b``, after ``a``, with ``rendered`` in the place ``where`` names."""
+    if where == "tool input":
+        return {"type": "tool_call", "tool": "echo", "input": rendered}
+    if where == "condition input":
+        return {"type": "condition", "input": rendered, "expression": "{{ 'x' }}",
+                "next": [{"target": "z", "when": "x"}]}
+    if where == "map list":
+        return {"type": "tool_call", "tool": "echo", "input": "{{ .item }}",
+                "map": "{{ [1, " + rendered[3:-3] + "] }}"}
+    assert where == "map item input"
+    return {"type": "tool_call", "tool": "echo", "map": "{{ [1] }}", "input": rendered}
+
+
+@pytest.mark.parametrize("case", list(NOT_JSON))
+@pytest.mark.parametrize("where", ["tool input", "condition input", "map list",
+                                   "map item input"])
+def test_a_value_json_cannot_hold_fails_the_node_that_renders_it(
+        where: str, case: str, tmp_path: Path) -> None:
+    rendered, reason = NOT_JSON[case]
+    nodes: dict[str, Any] = {
+        "a": {"type": "tool_call", "tool": "echo", "input": "x", "next": "b"},
+        "b": downstream(where, rendered),
+    }
+    if where == "condition input":
+        nodes["z"] = {"type": "tool_call", "tool": "echo", "input": "z"}
+
+    result = ax.run({"name": "not_json", "nodes": nodes}, {}, home=tmp_path, timeout=20)
+
+    assert result.status == "FAILED", result
+    assert result.states["a"] == "SUCCEEDED"  # its completion committed
+    failed = {n: e for n, e in result.errors.items() if result.states[n] == "FAILED"}
+    assert failed, result
+    error = failed.get("b", next(iter(failed.values())))
+    template = "map template" if where == "map list" else "input template"
+    assert f"{template}: the rendered" in error and "not standard JSON" in error, error
+    assert reason in error, error
+
+
+@pytest.mark.parametrize("case", list(NOT_JSON))
+def test_an_entry_node_fails_at_submit_and_the_task_is_stored(case: str,
+                                                             tmp_path: Path) -> None:
+    rendered, reason = NOT_JSON[case]
+    dag = {"name": "entry", "nodes": {"a": {"type": "tool_call", "tool": "echo",
+                                            "input": rendered}}}
+
+    result = ax.run(dag, {}, home=tmp_path, timeout=20)
+
+    assert (result.status, result.states) == ("FAILED", {"a": "FAILED"})
+    assert reason in result.errors["a"], result.errors
+
+
+def test_an_integer_too_long_for_text_is_a_template_limit(tmp_path: Path) -> None:
+    dag = {"name": "text", "nodes": {"a": {"type": "tool_call", "tool": "echo",
+                                           "input": "x{{ ('9' * 4300)|int + 1 }}"}}}
+
+    result = ax.run(dag, {}, home=tmp_path, timeout=20)
+
+    assert result.errors["a"] == ("input template: an integer longer than 4300 digits "
+                                  "cannot be text"), result.errors
