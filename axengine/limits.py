@@ -18,13 +18,18 @@ and the limit.
 
 Values are written with :func:`canonical_json`, ax's one canonical JSON text (sorted keys,
 compact, UTF-8, no NaN or infinities): what is hashed, stored and compared.
+
+Task labels are checked by :func:`check_labels`: keys a label selector can name, values
+of printable text, a bounded number of each, and the ``ax.`` prefix kept for ax's own.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 import sys
+from collections.abc import Mapping
 from typing import Any, NoReturn
 
 from axengine.errors import InputError
@@ -32,8 +37,11 @@ from axengine.errors import InputError
 __all__ = [
     "MAX_JSON_BYTES",
     "MAX_JSON_DEPTH",
+    "MAX_LABELS",
+    "canonical_bytes",
     "canonical_json",
     "check_json_value",
+    "check_labels",
     "finite_float",
     "json_depth",
     "parse_json_text",
@@ -80,6 +88,60 @@ def canonical_json(value: Any, field: str = "value") -> str:
         raise InputError(f"{field} is nested too deeply to write as JSON") from None
     except (ValueError, TypeError) as exc:
         raise InputError(f"{field} is not standard JSON: {_why_not_json(exc)}") from None
+
+
+#: Most labels on one task, and the longest key and value.
+MAX_LABELS = 64
+MAX_LABEL_KEY = 128
+MAX_LABEL_VALUE = 256
+#: What a label selector (``team=risk,env!=dev``) can name: a key of another shape could
+#: be stored but never selected.
+_LABEL_KEY = re.compile(r"[A-Za-z0-9_./-]+")
+#: Label keys ax sets itself (``ax.forked_from``): a submitter cannot forge them.
+RESERVED_LABEL_PREFIX = "ax."
+
+
+def check_labels(labels: Mapping[str, str]) -> None:
+    """Check a submitted task's labels.
+
+    Raises:
+        InputError: More than :data:`MAX_LABELS`; a key that is empty, longer than
+            :data:`MAX_LABEL_KEY`, not made of letters, digits and ``_ . / -``, or
+            starting with ``ax.``; a value that is not a string, longer than
+            :data:`MAX_LABEL_VALUE`, or holding a control character or a lone surrogate.
+    """
+    if len(labels) > MAX_LABELS:
+        raise InputError(f"labels: {len(labels)} labels; the limit is {MAX_LABELS}")
+    for key, value in labels.items():
+        shown = repr(key if len(key) <= 40 else key[:37] + "...")
+        if not (isinstance(key, str) and 0 < len(key) <= MAX_LABEL_KEY
+                and _LABEL_KEY.fullmatch(key)):
+            raise InputError(f"labels: key {shown} must be 1 to {MAX_LABEL_KEY} letters, "
+                             "digits and _ . / - (what a label selector can name)")
+        if key.startswith(RESERVED_LABEL_PREFIX):
+            raise InputError(f"labels: key {shown}: keys starting with "
+                             f"{RESERVED_LABEL_PREFIX!r} are set by ax itself")
+        if not isinstance(value, str) or len(value) > MAX_LABEL_VALUE:
+            raise InputError(f"labels.{key}: the value must be a string of at most "
+                             f"{MAX_LABEL_VALUE} characters")
+        if not value.isprintable():  # (a lone surrogate is not printable either)
+            raise InputError(f"labels.{key}: the value must be printable text (no control "
+                             "characters, line breaks or lone surrogates)")
+
+
+def canonical_bytes(value: Any, field: str = "value") -> bytes:
+    """:func:`canonical_json` as UTF-8 bytes, what is stored and hashed.
+
+    Raises:
+        InputError: As :func:`canonical_json`; also for a lone surrogate (``"\\ud800"``,
+            which JSON escapes can spell but UTF-8 cannot hold).
+    """
+    text = canonical_json(value, field)
+    try:
+        return text.encode()
+    except UnicodeEncodeError as exc:
+        raise InputError(f"{field} is not valid Unicode text: {exc.reason} at character "
+                         f"{exc.start} of its JSON") from None
 
 
 def _why_not_json(exc: Exception) -> str:
@@ -165,12 +227,7 @@ def check_json_value(value: Any, field: str, *, max_depth: int = MAX_JSON_DEPTH,
                 stack.append((child, depth, where))
         else:
             stack.extend((child, depth, where) for child in item)
-    text = canonical_json(value, field)  # the walk left only the digit limit
-    try:
-        data = text.encode()
-    except UnicodeEncodeError as exc:  # a lone surrogate ("\ud800") is not Unicode text
-        raise InputError(f"{field} is not valid Unicode text: {exc.reason} at character "
-                         f"{exc.start} of its JSON") from None
+    data = canonical_bytes(value, field)  # the walk left the digit limit, surrogates
     if len(data) > max_bytes:
         raise InputError(f"{field} is {len(data)} bytes of JSON; the limit is {max_bytes}")
     return data

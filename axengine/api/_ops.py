@@ -99,7 +99,8 @@ def inline_dag_name(mapping: Mapping[str, Any], text: str | None = None) -> str:
         InputError: The mapping is not a JSON document.
     """
     text = _json_text(mapping) if text is None else text
-    return f"inline-{hashlib.sha256(text.encode()).hexdigest()[:8]}"
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+    return f"inline-{digest[:8]}"
 
 
 def _from_mapping(mapping: Mapping[str, Any], file: str, text: str | None = None) -> Dag:
@@ -118,7 +119,8 @@ async def _load_mapping(mapping: Mapping[str, Any], file: str) -> Dag:
     """:func:`_from_mapping`, off the loop, or the DAG an equal mapping loaded before
     (DAGs are immutable; a mapping that failed to load is not remembered)."""
     text = _json_text(mapping)
-    key = hashlib.sha256(f"{file}\0{text}".encode()).hexdigest()
+    # (surrogatepass: a lone surrogate still makes a key; loading refuses it, by name)
+    key = hashlib.sha256(f"{file}\0{text}".encode("utf-8", "surrogatepass")).hexdigest()
     dag = _LOADED.get(key)
     if dag is None:
         dag = await off_loop(_from_mapping, mapping, file, text)

@@ -326,7 +326,13 @@ def _measure(data: Any, file: str) -> DagProblem | None:
             return DagProblem(f"document is nested deeper than {MAX_DEPTH} levels", file,
                               code="too-large")
         if isinstance(value, Mapping):
+            for key in value:
+                if isinstance(key, str) and _not_text(key):
+                    return _not_unicode(key, file, 0)
             stack.extend((v, depth + 1) for v in value.values())
+        elif isinstance(value, str):
+            if _not_text(value):
+                return _not_unicode(value, file, 0)
         elif isinstance(value, list | tuple):
             stack.extend((v, depth + 1) for v in value)
         elif isinstance(value, float) and not math.isfinite(value):
@@ -336,6 +342,26 @@ def _measure(data: Any, file: str) -> DagProblem | None:
                               code="yaml-syntax",
                               hint="use strings, numbers, booleans, null, lists and mappings")
     return None
+
+
+def _not_text(value: str) -> bool:
+    """Whether ``value`` holds a lone surrogate (``"\\ud800"``: a JSON escape can spell
+    one, UTF-8 cannot store it; the YAML reader refuses the escape itself)."""
+    if value.isascii():
+        return False
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def _not_unicode(value: str, file: str, line: int) -> DagProblem:
+    shown = value.encode("utf-8", "backslashreplace").decode()
+    if len(shown) > 60:
+        shown = shown[:57] + "..."
+    return DagProblem(f"'{shown}' is not valid Unicode text (a lone surrogate)", file, line,
+                      code="yaml-syntax", hint="remove the \\ud800-\\udfff escape")
 
 
 def _not_json_number(text: str, file: str, line: int) -> DagProblem:

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
-from axengine.limits import canonical_json
+from axengine.limits import canonical_bytes
 
 __all__ = [
     "DEFAULT_RETRY",
@@ -401,7 +401,7 @@ class Dag:
 
     def canonical_json(self) -> bytes:
         """Canonical JSON bytes: sorted keys, no whitespace, UTF-8."""
-        return canonical_json(self.canonical(), f"DAG {self.name!r}").encode()
+        return canonical_bytes(self.canonical(), f"DAG {self.name!r}")
 
     def storage_json(self) -> bytes:
         """Canonical form in document order (node order is kept for display and for the

@@ -30,7 +30,7 @@ from axengine.engine._ramp import Ramp, Waiter, dependency_of
 from axengine.engine._refs import expression_refs, guard_refs, literal_params, named, param_refs
 from axengine.engine._view import View
 from axengine.errors import Conflict, Forbidden, InputError, TemplateError
-from axengine.limits import canonical_json
+from axengine.limits import canonical_bytes, canonical_json
 from axengine.records import (
     COMPOSITE_OWNERS,
     FINAL_STATES,
@@ -155,7 +155,7 @@ def sha256_json(value: Any, field: str = "value") -> str:
         InputError: ``value`` is not standard JSON (a template rendered NaN, say); the
             message names ``field``.
     """
-    return hashlib.sha256(canonical_json(value, field).encode()).hexdigest()
+    return hashlib.sha256(canonical_bytes(value, field)).hexdigest()
 
 
 #: How a rendered input that JSON cannot hold is named in the node's failure.
@@ -455,7 +455,7 @@ class _Builder:
             if node.input is not None:
                 output = named("input template", template.render_value, node.input,
                                 self.context(param_refs(node), node=node))
-                canonical_json(output, RENDERED_INPUT)  # stored with the decision
+                canonical_bytes(output, RENDERED_INPUT)  # stored with the decision
             ctx = self.context(expression_refs(node), output, node=node)
             label = named("expression", template.evaluate_expression, node.expression, ctx)
         except (TemplateError, InputError) as exc:

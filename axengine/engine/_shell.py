@@ -50,7 +50,7 @@ from axengine.engine._runs import ClaimResult, Completed, claimed
 from axengine.engine._view import Need, View
 from axengine.errors import Conflict, NotFound, StoreError
 from axengine.keys import StoreKeys
-from axengine.limits import MAX_CHECKPOINT_BYTES, canonical_json, check_json_value
+from axengine.limits import MAX_CHECKPOINT_BYTES, canonical_json, check_json_value, check_labels
 from axengine.lru import DAG_CACHE_ENTRIES, Lru
 from axengine.owners import LOCAL_PRINCIPAL
 from axengine.queue import WorkItem, WorkQueue
@@ -801,6 +801,7 @@ class Engine(EngineReads):
                                lease=lease_seconds or self.config.lease_seconds)
                if claim_for else None)
         labels = dict(labels or {})
+        check_labels(labels)
         # Checked before anything is stored: the input must read back on every path
         # (standard JSON, bounded depth and size), and the largest transition of the DAG
         # must fit one store transaction, or the task could never finish.

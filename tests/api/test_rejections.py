@@ -6,6 +6,7 @@ moves only when a request writes: a rejection must leave it where it was.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -33,6 +34,13 @@ def unchanged(quiet: ServerHandle) -> Iterator[Callable[[httpx.Response], None]]
 
     yield check
     assert quiet.revision() == before
+
+
+def post_json(client: httpx.Client, url: str, body: Any) -> httpx.Response:
+    """POST ``body`` as ASCII JSON: a lone surrogate travels as its ``\\ud800`` escape
+    (httpx's ``json=`` cannot encode one)."""
+    return client.post(url, content=json.dumps(body).encode(),
+                       headers={"Content-Type": "application/json"})
 
 
 def error_of(response: httpx.Response, status: int, type_: str) -> str:
@@ -109,6 +117,43 @@ def test_a_template_nested_too_deeply_is_a_dag_error_not_a_500(
     problem = response.json()["error"]["problems"][0]
     assert (problem["node"], problem["field"], problem["code"]) == (
         "a", "input.v", "template-syntax"), problem
+    unchanged(response)
+
+
+@pytest.mark.parametrize(("labels", "expected"), [
+    ({"ax.forked_from": "t-x@a"}, "set by ax itself"),  # a forged fork origin
+    ({"a=b": "1"}, "what a label selector can name"),
+    ({"": "1"}, "what a label selector can name"),
+    ({"k" * 129: "1"}, "what a label selector can name"),
+    ({"team": "a\u0000b"}, "printable text"),
+    ({"team": "\ud800"}, "printable text"),
+    ({"team": "v" * 257}, "at most 256 characters"),
+    ({f"k{i}": "v" for i in range(65)}, "the limit is 64"),
+])
+def test_labels_a_selector_cannot_name_or_ax_sets_are_refused(
+        labels: dict[str, str], expected: str, quiet: ServerHandle,
+        unchanged: Callable[[httpx.Response], None]) -> None:
+    response = post_json(quiet.client("submit"), "/v1/tasks", {**SEED_BODY, "labels": labels})
+    assert expected in error_of(response, 400, "InputError")
+    unchanged(response)
+
+
+@pytest.mark.parametrize("where", ["input", "node id", "name", "description"])
+def test_a_lone_surrogate_in_a_dag_is_a_dag_error_not_a_500(
+        where: str, quiet: ServerHandle, unchanged: Callable[[httpx.Response], None],
+) -> None:
+    node: dict[str, Any] = {"type": "tool_call", "tool": "echo", "input": "x"}
+    dag: dict[str, Any] = {"name": "s", "nodes": {"e": node}}
+    if where == "input":
+        node["input"] = {"text": "a\ud800"}
+    elif where == "node id":
+        dag["nodes"] = {"e\ud800": node}
+    elif where == "name":
+        dag["name"] = "s\ud800"
+    else:
+        dag["description"] = "\ud800"
+    response = post_json(quiet.client("submit"), "/v1/tasks", {"dag": dag})
+    assert "not valid Unicode text" in error_of(response, 400, "DagError")
     unchanged(response)
 
 
@@ -190,6 +235,9 @@ def test_decision_rejections(api_server: ServerFactory) -> None:
     error_of(unknown_node, 400, "InputError")
     bad_value = approver.post(f"{url}/review/decision", json={"decision": "maybe"})
     assert "body.decision" in error_of(bad_value, 400, "InputError")
+    not_text = post_json(approver, f"{url}/review/decision",
+                         {"decision": "approve", "data": "\ud800"})
+    assert "not valid Unicode text" in error_of(not_text, 400, "InputError")
     unknown_task = approver.post("/v1/tasks/t-missing/nodes/review/decision",
                                  json={"decision": "approve"})
     error_of(unknown_task, 404, "NotFound")
