@@ -35,6 +35,8 @@ from typing import Any, NoReturn
 from axengine.errors import InputError
 
 __all__ = [
+    "MAX_COMMENT",
+    "MAX_IDEMPOTENCY_KEY",
     "MAX_JSON_BYTES",
     "MAX_JSON_DEPTH",
     "MAX_LABELS",
@@ -89,6 +91,11 @@ def canonical_json(value: Any, field: str = "value") -> str:
     except (ValueError, TypeError) as exc:
         raise InputError(f"{field} is not standard JSON: {_why_not_json(exc)}") from None
 
+
+#: Longest idempotency key, and the longest comment on a gate decision (the same on
+#: every path: REST, gRPC, embedded).
+MAX_IDEMPOTENCY_KEY = 256
+MAX_COMMENT = 2000
 
 #: Most labels on one task, and the longest key and value.
 MAX_LABELS = 64

@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from axengine import limits
 from axengine.api import _ops as ops
 from axengine.records import NodeState, TaskStatus
 
@@ -61,7 +62,8 @@ class SubmitBody(_Strict):
     dag_yaml: str | None = Field(None, description="the DAG document (YAML)")
     dag_hash: str | None = Field(None, description="a DAG stored earlier")
     input: Any = Field(None, description="task input (absent: {})")
-    idempotency_key: str | None = Field(None, min_length=1, max_length=256)
+    idempotency_key: str | None = Field(None, min_length=1,
+                                        max_length=limits.MAX_IDEMPOTENCY_KEY)
     labels: dict[str, str] = Field(default_factory=dict)
     priority: int = Field(0, strict=True, ge=-(2**31), le=2**31 - 1)
     deadline_seconds: float | None = Field(None, gt=0)
@@ -69,7 +71,7 @@ class SubmitBody(_Strict):
 
 class DecisionBody(_Strict):
     decision: Literal["approve", "reject"]
-    comment: str = Field("", max_length=2000)
+    comment: str = Field("", max_length=limits.MAX_COMMENT)
     data: Any = Field(None, description=(
         "approve only, optional: the data the gate passes on instead of what was reviewed "
         "(approve-with-edits; the gate's output `data`, recorded as edited)"))

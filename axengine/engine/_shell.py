@@ -48,9 +48,16 @@ from axengine.engine._reads import EngineReads, TaskView, _event_id
 from axengine.engine._restore import restored
 from axengine.engine._runs import ClaimResult, Completed, claimed
 from axengine.engine._view import Need, View
-from axengine.errors import Conflict, NotFound, StoreError
+from axengine.errors import Conflict, InputError, NotFound, StoreError
 from axengine.keys import StoreKeys
-from axengine.limits import MAX_CHECKPOINT_BYTES, canonical_json, check_json_value, check_labels
+from axengine.limits import (
+    MAX_CHECKPOINT_BYTES,
+    MAX_COMMENT,
+    MAX_IDEMPOTENCY_KEY,
+    canonical_json,
+    check_json_value,
+    check_labels,
+)
 from axengine.lru import DAG_CACHE_ENTRIES, Lru
 from axengine.owners import LOCAL_PRINCIPAL
 from axengine.queue import WorkItem, WorkQueue
@@ -802,6 +809,8 @@ class Engine(EngineReads):
                if claim_for else None)
         labels = dict(labels or {})
         check_labels(labels)
+        if len(idempotency_key) > MAX_IDEMPOTENCY_KEY:
+            raise InputError(f"idempotency_key: at most {MAX_IDEMPOTENCY_KEY} characters")
         # Checked before anything is stored: the input must read back on every path
         # (standard JSON, bounded depth and size), and the largest transition of the DAG
         # must fit one store transaction, or the task could never finish.
@@ -1051,6 +1060,8 @@ class Engine(EngineReads):
                      comment: str = "", data: Any = NO_EDITS) -> str:
         """Approve or reject a paused gate: ``committed`` or ``already-done``. ``data``
         (an approval only) replaces what the gate passes on: approve-with-edits."""
+        if len(comment) > MAX_COMMENT:
+            raise InputError(f"comment: at most {MAX_COMMENT} characters")
         plan, _ = await self._apply(task_id, lambda v: rules.plan_decide(
             v, node_id, decision=decision, by=by, comment=comment, now=self.clock(),
             four_eyes=self.config.four_eyes, data=data,

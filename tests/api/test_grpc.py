@@ -296,6 +296,11 @@ def test_ax_service_operations(api_server: ServerFactory, stubs_for: Any) -> Non
     bad_json = pb.SubmitTaskRequest(dag_yaml=GATE_YAML, input_json="{nope")
     assert code_of(ax.SubmitTask, bad_json, metadata=TOKEN["submit"]) == \
         grpc.StatusCode.INVALID_ARGUMENT
+    # The bounds REST puts on its body hold over gRPC too (the engine checks them).
+    for refused in (pb.SubmitTaskRequest(dag_yaml=GATE_YAML, idempotency_key="k" * 257),
+                    pb.SubmitTaskRequest(dag_yaml=GATE_YAML, labels={"ax.forked_from": "x"})):
+        assert code_of(ax.SubmitTask, refused, metadata=TOKEN["submit"]) == \
+            grpc.StatusCode.INVALID_ARGUMENT
     # Watch: replay then live, until the task is final; the gate is decided meanwhile.
     stream = ax.WatchTask(pb.WatchTaskRequest(task_id=task_id), metadata=TOKEN["submit"])
     kinds = []
@@ -310,6 +315,10 @@ def test_ax_service_operations(api_server: ServerFactory, stubs_for: Any) -> Non
                                      decision=pb.DECISION_REJECT, data_json="{}")
             assert code_of(ax.Decide, edits, metadata=TOKEN["approve"]) == \
                 grpc.StatusCode.INVALID_ARGUMENT  # edits go with an approval
+            long_comment = pb.DecideRequest(task_id=task_id, node_id="review",
+                                            decision=pb.DECISION_APPROVE, comment="c" * 2001)
+            assert code_of(ax.Decide, long_comment, metadata=TOKEN["approve"]) == \
+                grpc.StatusCode.INVALID_ARGUMENT  # REST's bound too
             decided = ax.Decide(pb.DecideRequest(task_id=task_id, node_id="review",
                                                  decision=pb.DECISION_APPROVE, by="mallory",
                                                  data_json='{"text": "edited"}'),
