@@ -393,8 +393,9 @@ class DagBuilder:
                         _key_line(raw, key), nid, key,
                         f"remove `{key}`; it is a field of tool_call and llm_call nodes")
             for req in _REQUIRED[ntype]:
-                if req not in raw:
-                    self.problem("missing-field", f"{ntype} node needs `{req}`", line, nid,
+                if raw.get(req) is None:  # absent, or `tool:` with nothing after it
+                    where = line if req not in raw else _key_line(raw, req)
+                    self.problem("missing-field", f"{ntype} node needs `{req}`", where, nid,
                                  req, _MISSING_HINT[req])
         else:
             every = {f for names in _TYPE_FIELDS.values() for f in names}
