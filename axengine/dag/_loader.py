@@ -30,6 +30,7 @@ import json
 import math
 import os
 import re
+import sys
 import threading
 from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field, replace
@@ -218,7 +219,16 @@ class _TreeBuilder:
             if constant in self._constants:
                 value = self._constants[constant]
             else:
-                value = self._constants[constant] = self.constructor.construct_object(node)
+                try:
+                    value = self.constructor.construct_object(node)
+                except ValueError:  # an integer past Python's 4,300 digits
+                    self.problems.append(DagProblem(
+                        f"a number of {len(node.value):,} characters is more than Python "
+                        f"reads ({sys.get_int_max_str_digits()} digits)", self.file,
+                        node.start_mark.line + 1, code="too-large",
+                        hint="quote it to keep it as text"))
+                    return node.value
+                self._constants[constant] = value
             if isinstance(value, float) and not math.isfinite(value):
                 self.problems.append(_not_json_number(node.value, self.file,
                                                       node.start_mark.line + 1))
