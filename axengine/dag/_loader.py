@@ -519,6 +519,8 @@ def _load_subdag(
             "Python client inline sub-DAG files when they submit a DAG file",
             "submit the DAG file with `ax run --remote` or the Python client, or replace "
             "the path with the sub-DAG's document")
+    if "\0" in value:
+        return refuse("dag: the path holds a NUL character")
     looked = os.path.normpath(os.path.join(ctx.base_dir, value))
     real = os.path.realpath(looked)
     if real in ctx.chain:
@@ -528,6 +530,9 @@ def _load_subdag(
     if not os.path.exists(looked):
         return refuse(f"sub-DAG file {value} does not exist (looked for {looked})",
                       "the path is relative to the directory of the file that names it")
+    if not os.path.isfile(looked):
+        # A FIFO would block the loader forever, a device feed it without end.
+        return refuse(f"sub-DAG file {value} is not a regular file (looked for {looked})")
     child_file = os.path.normpath(os.path.join(os.path.dirname(file), value))
     text, problems, unreadable = _read(looked, child_file)
     if unreadable is not None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import textwrap
+import os
 from pathlib import Path
 
 import pytest
@@ -147,12 +148,28 @@ def test_a_missing_sub_dag_file_is_reported_at_the_dag_line(tmp_path: Path) -> N
         load(parent)
 
 
-def test_a_sub_dag_file_that_cannot_be_read_is_reported(tmp_path: Path) -> None:
-    (tmp_path / "flows" / "approval.yaml").mkdir(parents=True)  # a directory
+@pytest.mark.parametrize("kind", ["directory", "fifo"])
+def test_a_sub_dag_path_that_is_not_a_regular_file_is_reported(tmp_path: Path,
+                                                               kind: str) -> None:
+    target = tmp_path / "flows" / "approval.yaml"
+    target.parent.mkdir()
+    if kind == "directory":
+        target.mkdir()
+    else:
+        os.mkfifo(target)  # reading it would block the loader forever
     parent = write(tmp_path / "main.yaml", PARENT)
     found = problems(parent)
     assert [(p.code, p.line) for p in found] == [("bad-subdag", DAG_LINE)]
-    assert found[0].message.startswith("sub-DAG file flows/approval.yaml cannot be read: ")
+    assert found[0].message.startswith(
+        "sub-DAG file flows/approval.yaml is not a regular file"), found[0].message
+
+
+def test_a_sub_dag_path_holding_a_nul_character_is_reported(tmp_path: Path) -> None:
+    parent = write(tmp_path / "main.yaml", PARENT.replace("flows/approval.yaml",
+                                                          '"flows/a\\u0000.yaml"'))
+    found = problems(parent)
+    assert [(p.code, p.line, p.message) for p in found] == [
+        ("bad-subdag", DAG_LINE, "dag: the path holds a NUL character")]
 
 
 def _dag_doc(name: str, target: str) -> str:
