@@ -4,9 +4,9 @@ problems located in the right file, and the client inlining sub-DAG files."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import textwrap
-import os
 from pathlib import Path
 
 import pytest
