@@ -97,7 +97,8 @@ def check_submit(dag: Dag, principal: Principal, quotas: Quotas, *, priority: in
     """
     check_dag(dag, quotas)
     deadline = deadline_seconds if deadline_seconds is not None else dag.deadline
-    if quotas.max_deadline and deadline is not None and not deadline <= quotas.max_deadline:
+    # (A deadline that is no positive number is the engine's to refuse, on every path.)
+    if quotas.max_deadline and deadline is not None and deadline > quotas.max_deadline:
         source = "deadline_seconds" if deadline_seconds is not None else "the DAG's deadline"
         raise InputError(f"{source} {deadline:g}s exceeds this server's limit of "
                          f"{quotas.max_deadline:g}s (--max-task-deadline)")

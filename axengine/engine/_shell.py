@@ -22,6 +22,7 @@ import contextlib
 import copy
 import itertools
 import json
+import math
 import os
 import random
 import secrets
@@ -811,6 +812,9 @@ class Engine(EngineReads):
         check_labels(labels)
         if len(idempotency_key) > MAX_IDEMPOTENCY_KEY:
             raise InputError(f"idempotency_key: at most {MAX_IDEMPOTENCY_KEY} characters")
+        if deadline_seconds is not None and not 0 < deadline_seconds < math.inf:
+            raise InputError(f"deadline_seconds must be a positive number of seconds, not "
+                             f"{deadline_seconds!r}")
         # Checked before anything is stored: the input must read back on every path
         # (standard JSON, bounded depth and size), and the largest transition of the DAG
         # must fit one store transaction, or the task could never finish.

@@ -298,7 +298,9 @@ def test_ax_service_operations(api_server: ServerFactory, stubs_for: Any) -> Non
         grpc.StatusCode.INVALID_ARGUMENT
     # The bounds REST puts on its body hold over gRPC too (the engine checks them).
     for refused in (pb.SubmitTaskRequest(dag_yaml=GATE_YAML, idempotency_key="k" * 257),
-                    pb.SubmitTaskRequest(dag_yaml=GATE_YAML, labels={"ax.forked_from": "x"})):
+                    pb.SubmitTaskRequest(dag_yaml=GATE_YAML, labels={"ax.forked_from": "x"}),
+                    pb.SubmitTaskRequest(dag_yaml=GATE_YAML, deadline_seconds=float("nan")),
+                    pb.SubmitTaskRequest(dag_yaml=GATE_YAML, deadline_seconds=-1.0)):
         assert code_of(ax.SubmitTask, refused, metadata=TOKEN["submit"]) == \
             grpc.StatusCode.INVALID_ARGUMENT
     # Watch: replay then live, until the task is final; the gate is decided meanwhile.
