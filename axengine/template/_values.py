@@ -6,6 +6,7 @@ charges what it builds to the render's budget (:mod:`axengine.template._budget`)
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import ItemsView, Iterator, KeysView, Mapping, ValuesView
 from typing import Any, NoReturn
@@ -13,7 +14,7 @@ from typing import Any, NoReturn
 from jinja2 import pass_context
 from jinja2.runtime import Context, LoopContext, Undefined
 
-from axengine.errors import TemplateLimitError, TemplateSecurityError
+from axengine.errors import TemplateError, TemplateLimitError, TemplateSecurityError
 from axengine.template._budget import (
     _BUDGET_MESSAGE,
     MAX_OUTPUT_CHARS,
@@ -114,6 +115,8 @@ def _to_native(value: Any) -> Any:
     if isinstance(value, Undefined):
         value._fail_with_undefined_error()
     if isinstance(value, Mapping):
+        if any(type(k) is not str for k in value):
+            return _with_json_keys(value)
         return {k: v if type(v) in _PLAIN else _to_native(v) for k, v in value.items()}
     if isinstance(value, (list, tuple, range, *_VIEWS)) or (
         isinstance(value, Iterator) and not isinstance(value, LoopContext)
@@ -123,6 +126,43 @@ def _to_native(value: Any) -> Any:
         return [v if type(v) in _PLAIN else _to_native(v) for v in items]
     message = f"a template cannot produce {_describe(value)}: only data (str, number, list...)"
     raise _error(TemplateSecurityError, message)
+
+
+def _with_json_keys(value: Mapping[Any, Any]) -> dict[str, Any]:
+    """The mapping with its keys as JSON writes them (``1`` -> ``"1"``, ``True`` ->
+    ``"true"``), as an executor reading the node's input back gets them; two keys that
+    JSON would write alike are refused rather than one silently dropped."""
+    out: dict[str, Any] = {}
+    keys: dict[str, Any] = {}
+    for key, item in value.items():
+        text = _json_key(key)
+        if text in out:
+            message = (f"object keys {keys[text]!r} and {key!r} are the same key in JSON "
+                       f"({text!r})")
+            raise _error(TemplateError, message)
+        keys[text] = key
+        out[text] = item if type(item) in _PLAIN else _to_native(item)
+    return out
+
+
+def _json_key(key: Any) -> str:
+    if type(key) is str:
+        return key
+    if type(key) is bool:
+        return "true" if key else "false"
+    if key is None:
+        return "null"
+    if type(key) is int:
+        try:
+            return str(key)
+        except ValueError:  # past Python's 4,300 digits
+            raise _error(TemplateLimitError, "an object key is an integer too long to be "
+                                             "text") from None
+    if type(key) is float and math.isfinite(key):
+        return repr(key)
+    shown = repr(key) if isinstance(key, float | tuple) else _describe(key)
+    raise _error(TemplateError, f"{shown[:60]} cannot be an object key in JSON (only "
+                                "strings, finite numbers, booleans and null can)")
 
 
 def _bounded_range(*args: int) -> range:
