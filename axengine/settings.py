@@ -29,6 +29,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
+import stat
 import tomllib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -337,14 +338,29 @@ def _line_index(text: str) -> dict[str, int]:
     return index
 
 
+#: Largest configuration file read (an ax.toml is a few KiB).
+MAX_CONFIG_BYTES = 1024 * 1024
+
+
 def _read_toml(path: Path | None) -> tuple[dict[str, Any], dict[str, int]]:
     """The file's tables and its line index; nothing when ``path`` is None."""
     if path is None:
         return {}, {}
     try:
-        text = path.read_text(encoding="utf-8")
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        with open(fd, "rb") as file:
+            # (a FIFO would wait for a writer for ever, /dev/zero never end)
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise SettingsError(f"configuration file {path}: not a regular file")
+            data = file.read(MAX_CONFIG_BYTES + 1)
     except OSError as exc:
         raise SettingsError(f"configuration file {path}: {exc.strerror or exc}") from None
+    if len(data) > MAX_CONFIG_BYTES:
+        raise SettingsError(f"configuration file {path}: larger than {MAX_CONFIG_BYTES} bytes")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise SettingsError(f"configuration file {path}: not UTF-8 text") from None
     try:
         return tomllib.loads(text), _line_index(text)
     except tomllib.TOMLDecodeError as exc:

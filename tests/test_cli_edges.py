@@ -92,6 +92,25 @@ def test_missing_input_file_says_no_such_file(tmp_path: Path,
     assert "not valid JSON" in capsys.readouterr().err
 
 
+EXECUTOR = ["executor", "--api", "h:1", "--queue", "redis://h"]
+
+
+@pytest.mark.parametrize("argv", [
+    ["run", DAG, "--concurrency"],  # 0 submitted the task and waited for ever
+    ["server", "--concurrency"],
+    [*EXECUTOR, "--concurrency"],
+    ["tasks", "list", "--limit"],
+], ids=["run", "server", "executor", "tasks-list"])
+@pytest.mark.parametrize("value", ["0", "-1"])
+def test_counts_below_one_are_refused_by_the_parser(
+        argv: list[str], value: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        build_parser().parse_args([*argv, value])
+    assert exc.value.code == 2
+    assert f"error: argument {argv[-1]}: must be at least 1" in capsys.readouterr().err
+    assert getattr(build_parser().parse_args([*argv, "1"]), argv[-1][2:]) == 1
+
+
 def test_graph_of_a_directory_explains_one_dag_per_graph(
         capsys: pytest.CaptureFixture[str]) -> None:
     assert ax(["graph", str(ROOT / "dags")]) == 2

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import json
+import os
+import stat
 import sys
 from collections import Counter
 from collections.abc import Sequence
@@ -12,7 +13,8 @@ from typing import Any
 
 from axengine.config import AxConfig
 from axengine.engine import Event, TaskView
-from axengine.errors import AxError
+from axengine.errors import InputError
+from axengine.limits import MAX_JSON_BYTES, parse_json_text
 
 __all__ = [
     "EXIT_FAILED",
@@ -27,6 +29,7 @@ __all__ = [
     "node_table",
     "parse_json_arg",
     "positive_int",
+    "read_text_file",
 ]
 
 EXIT_OK = 0
@@ -68,7 +71,8 @@ def fail(message: str, code: int = EXIT_USAGE) -> int:
 
 
 def positive_int(value: str) -> int:
-    """An argparse ``type`` for counts such as ``--limit N``: a whole number ≥ 1."""
+    """An argparse ``type`` for counts such as ``--limit N`` or ``--concurrency N``: a
+    whole number ≥ 1 (``--concurrency 0`` submitted a task no slot would ever run)."""
     try:
         n = int(value)
     except ValueError:
@@ -78,20 +82,48 @@ def positive_int(value: str) -> int:
     return n
 
 
+def read_text_file(path: str | Path, what: str, *, max_bytes: int = MAX_JSON_BYTES) -> str:
+    """The UTF-8 text of the regular file ``path``, named by option ``what``.
+
+    Opened without blocking and checked before anything is read, so a FIFO (which would
+    wait for a writer for ever) or a device such as ``/dev/zero`` (which never ends) is
+    refused, and at most ``max_bytes`` + 1 bytes are read whatever the file grows to.
+
+    Raises:
+        InputError: The file cannot be opened, is not a regular file, is larger than
+            ``max_bytes`` or is not UTF-8 text; the message names ``what`` and ``path``.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise InputError(f"{what}: cannot read {path}: {exc.strerror or exc}") from None
+    with open(fd, "rb") as file:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise InputError(f"{what}: {path} is not a regular file")
+        data = file.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise InputError(f"{what}: {path} is larger than the limit of {max_bytes} bytes")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise InputError(f"{what}: {path} is not UTF-8 text") from None
+
+
 def parse_json_arg(value: str | None, what: str) -> Any:
-    """A JSON document given inline or as a path to a file holding it."""
+    """A JSON document given inline or as a path to a file holding it.
+
+    Parsed strictly (:func:`axengine.limits.parse_json_text`: no ``NaN`` or infinities,
+    bounded depth and size); a file is read by :func:`read_text_file`.
+
+    Raises:
+        InputError: The file cannot be read or the text is not acceptable JSON; the
+            message names ``what`` and the file (or "the argument").
+    """
     if value is None:
         return None
-    path = Path(value)
-    text = value
-    if not value.lstrip().startswith(("{", "[", '"')) and path.exists():
-        text = path.read_text(encoding="utf-8")
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        source = str(path) if text is not value else "the argument"
-        raise AxError(f"{what}: {source} is not valid JSON (line {exc.lineno}: {exc.msg})") \
-            from exc
+    if value.lstrip().startswith(("{", "[", '"')) or not os.path.exists(value):
+        return parse_json_text(value, f"{what}: the argument")
+    return parse_json_text(read_text_file(value, what), f"{what}: {value}")
 
 
 def _item_of(node_id: str) -> tuple[str, int] | None:

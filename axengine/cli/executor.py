@@ -16,7 +16,7 @@ import os
 from typing import Any
 
 from axengine.api._defaults import parse_address
-from axengine.cli._common import EXIT_FAILED, EXIT_OK, fail, parse_json_arg
+from axengine.cli._common import EXIT_FAILED, EXIT_OK, fail, parse_json_arg, positive_int
 from axengine.cli.services import LOG_LEVELS, add_log_format, log_level
 from axengine.config import AxConfig
 from axengine.credentials import read_token_file, redact_url
@@ -45,7 +45,8 @@ def register(sub: Any) -> None:
                    help="file holding a bearer token with the executor role")
     p.add_argument("--token", default=None,
                    help="the token itself (prefer --token-file: argv is visible to others)")
-    p.add_argument("--concurrency", type=int, default=4, help="nodes run at once (default 4)")
+    p.add_argument("--concurrency", type=positive_int, default=4, metavar="N",
+                   help="nodes run at once, 1 or more (default 4)")
     p.add_argument("--lease", type=float, default=30.0, metavar="SECONDS",
                    help="lease asked for on claim, renewed every third of it (default 30)")
     p.add_argument("--id", dest="worker_id", default=None, metavar="NAME",
@@ -125,8 +126,6 @@ def cmd_executor(args: argparse.Namespace) -> int:
     metrics = AxMetrics()
     try:
         listener = metrics_server(metrics, settings.metrics_address)
-        if args.concurrency < 1:
-            raise AxError("--concurrency must be at least 1")
         if args.lease <= 0 or args.grace < 0:
             raise AxError("--lease must be positive and --grace not negative")
         extra = parse_json_arg(args.settings, "--settings") or {}

@@ -26,6 +26,7 @@ from axengine.cli._common import (
     fail,
     format_event,
     node_table,
+    positive_int,
 )
 from axengine.cli._remote import Remote, add_remote, remote_of, with_client
 from axengine.cli.tasks import json_input
@@ -60,8 +61,8 @@ def register(sub: Any) -> None:
     p.add_argument("--idempotency-key", default="", help="same key + same input = same task")
     p.add_argument("--label", action="append", default=[], metavar="K=V",
                    help="label the task (repeatable; ax tasks list finds tasks by them)")
-    p.add_argument("--concurrency", type=int, default=4,
-                   help="nodes the embedded executor runs at once (default 4)")
+    p.add_argument("--concurrency", type=positive_int, default=4, metavar="N",
+                   help="nodes the embedded executor runs at once, 1 or more (default 4)")
     p.add_argument("--runner", choices=RUNNER_NAMES, default=THREAD,
                    help=runner_help("the embedded executor"))
     p.add_argument("--quiet", "-q", action="store_true", help="no live progress")

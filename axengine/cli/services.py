@@ -33,7 +33,7 @@ from axengine.api._quotas import (
     DEFAULT_MAX_NODE_TIMEOUT,
     Quotas,
 )
-from axengine.cli._common import EXIT_USAGE, add_home, fail, flags_of
+from axengine.cli._common import EXIT_USAGE, add_home, fail, flags_of, positive_int
 from axengine.config import AxConfig
 from axengine.engine import EngineConfig
 from axengine.errors import AxError
@@ -146,8 +146,9 @@ def register(sub: Any) -> None:
     _common(server, http="127.0.0.1:8080", grpc="127.0.0.1:50051", interval=0.5,
             embedded=True)
     add_no_auth(server, "serve without authentication (loopback addresses only)")
-    server.add_argument("--concurrency", type=int, default=4,
-                        help="nodes the in-process executor runs at once (default 4)")
+    server.add_argument("--concurrency", type=positive_int, default=4, metavar="N",
+                        help="nodes the in-process executor runs at once, 1 or more "
+                        "(default 4)")
     server.add_argument("--runner", choices=RUNNER_NAMES, default=THREAD,
                         help=runner_help("the in-process executor"))
     server.set_defaults(func=cmd_server)

@@ -26,6 +26,7 @@ from axengine.cli._common import (
     fail,
     node_table,
     parse_json_arg,
+    positive_int,
     print_timeline,
 )
 from axengine.cli._remote import Remote, add_remote, remote_of, with_client
@@ -33,6 +34,7 @@ from axengine.cli._runtime import with_engine
 from axengine.cli.forks import add_diff, add_fork
 from axengine.engine import Engine, Event, TaskRecord, TaskView
 from axengine.errors import AxError, Conflict, InputError, NotFound
+from axengine.limits import parse_json_text
 from axengine.records import TaskStatus
 
 if TYPE_CHECKING:
@@ -79,14 +81,11 @@ def json_input(value: str | None, what: str) -> Any:
         raise AxError(f"{what}: {value} is a directory, not a JSON file")
     if not value.lstrip().startswith(("{", "[", '"')) and not os.path.exists(value):
         try:
-            return json.loads(value)
-        except ValueError:
+            return parse_json_text(value, what)  # a bare scalar: 42, true, null
+        except InputError:
             raise AxError(f"{what}: no such file: {value} (give a JSON file or inline "
                           "JSON)") from None
-    try:
-        return parse_json_arg(value, what)
-    except OSError as exc:
-        raise AxError(f"{what}: cannot read {value}: {exc.strerror or exc}") from exc
+    return parse_json_arg(value, what)
 
 
 def refuse_by(args: argparse.Namespace) -> None:
@@ -109,7 +108,8 @@ def register(sub: Any) -> None:
                     help="only tasks with this status: "
                     + ", ".join(s.value for s in TaskStatus))
     lp.add_argument("--dag", help="only tasks of this DAG name")
-    lp.add_argument("--limit", type=int, default=50, help="at most this many (default 50)")
+    lp.add_argument("--limit", type=positive_int, default=50, metavar="N",
+                    help="at most this many, 1 or more (default 50)")
     lp.add_argument("--json", action="store_true", help="print a JSON list")
     add_home(lp)
     add_remote(lp)
