@@ -627,7 +627,10 @@ def create_app(*, engine: Engine, auth: Authenticator | None, metrics: AxMetrics
         last_event_id: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
     ) -> StreamingResponse:
         """Server-sent events: one ``data:`` JSON per event until the task is final."""
-        if last_event_id and last_event_id.isdigit():
+        # An EventSource sends back whatever id it last saw: anything but a plain seq of
+        # at most 20 digits is ignored like an absent header (str.isdigit() passed "²"
+        # and 5,000 digits, which int() refuses: a 500).
+        if last_event_id and re.fullmatch(r"[0-9]{1,20}", last_event_id):
             after_seq = max(after_seq, int(last_event_id))
         # Subscribed and replayed before the response starts: a 404 comes as one.
         stream = await ops.start_following(engine, task_id, after_seq=after_seq,
