@@ -111,6 +111,17 @@ def test_counts_below_one_are_refused_by_the_parser(
     assert getattr(build_parser().parse_args([*argv, "1"]), argv[-1][2:]) == 1
 
 
+def test_a_label_the_engine_would_refuse_is_refused_before_any_task_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = ax(["run", str(ROOT / "dags" / "report_digest.yaml"), "--home", str(tmp_path),
+               "--label", "ax.forked_from=t-1@a"])
+    out, err = capsys.readouterr()
+    assert code == 2
+    assert err.strip() == ("ax: error: labels: key 'ax.forked_from': keys starting with "
+                           "'ax.' are set by ax itself")
+    assert "running" not in out + err  # no task line for a task that was never made
+
+
 def test_graph_of_a_directory_explains_one_dag_per_graph(
         capsys: pytest.CaptureFixture[str]) -> None:
     assert ax(["graph", str(ROOT / "dags")]) == 2

@@ -33,6 +33,7 @@ from axengine.cli.tasks import json_input
 from axengine.credentials import redact_url
 from axengine.engine import Event, TaskRecord, TaskView
 from axengine.errors import AxError, DagError
+from axengine.limits import check_labels
 from axengine.local import LocalSession, RunResult, load_any_dag
 from axengine.runners import RUNNER_NAMES, THREAD, runner_help
 from axengine.wire import result_json
@@ -102,6 +103,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             if decision not in ("approve", "reject"):
                 return fail(f"--decide {node}={decision}: use approve or reject")
         labels = _pairs(args.label, "--label")
+        check_labels(labels)  # before the task's line is printed: no task is made
         remote = remote_of(args)
         if args.resume:
             dag = None
