@@ -163,6 +163,23 @@ def test_gate_waits_then_approve_is_idempotent_and_reject_conflicts(client: Clie
     assert list(done.path) == ["draft", "review", "publish"]
 
 
+@pytest.mark.parametrize("shape", ["x/../{id}", "../{id}", "{id}/../{id}", "{id}?x=1",
+                                   "{id}#frag", ".."])
+def test_an_id_is_one_path_segment_and_reaches_no_other_task(client: Client,
+                                                             shape: str) -> None:
+    # The ids went into the URL as they were: `x/../t-1` approved task t-1.
+    sub = client.submit(GATE_DAG, {"text": "other"})
+    assert client.wait(sub.task_id, timeout=60).status == "PAUSED"
+    odd = shape.format(id=sub.task_id)
+    with pytest.raises(NotFound):
+        client.approve(odd, "review")
+    with pytest.raises(NotFound):
+        client.get(odd)
+    assert client.wait(sub.task_id, timeout=5).status == "PAUSED"  # still undecided
+    with pytest.raises(InputError, match="empty id"):
+        client.get("")
+
+
 def test_run_decides_gates_given_up_front(client: Client) -> None:
     result = client.run(GATE_DAG, {"text": "bye"}, decide={"review": "reject"}, timeout=60)
     assert result.status == "SUCCEEDED"

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar
+from urllib.parse import quote
 
 import httpx
 
@@ -214,6 +215,18 @@ def _pending_gates(task: Mapping[str, Any], decide: Mapping[str, str],
     return [n for n, v in nodes.items() if v["state"] == "PAUSED"
             and v.get("type") == "human_gateway" and n in decide and n not in done]
 
+
+
+def _seg(value: str) -> str:
+    """``value`` as one URL path segment: a ``/``, ``?``, ``#`` or ``..`` in an id cannot
+    reach another route or another task (``ax approve 'x/../t-1' gate`` approved t-1).
+
+    Raises:
+        InputError: ``value`` is empty (``/v1/tasks/`` is the list, not a task).
+    """
+    if not value:
+        raise InputError("an empty id names no task, node or DAG")
+    return quote(value, safe="").replace(".", "%2E")
 
 class SseParser:
     """Server-sent events, one line at a time: returns each complete message."""
@@ -427,14 +440,14 @@ class Core:
 
     def get(self, task_id: str) -> Op[dict[str, Any]]:
         """The task and its nodes, as the REST API returns them."""
-        return dict((yield from self.call("GET", f"/v1/tasks/{task_id}", idempotent=True)))
+        return dict((yield from self.call("GET", f"/v1/tasks/{_seg(task_id)}", idempotent=True)))
 
     def events(self, task_id: str, *, after_seq: int = 0) -> Op[list[Event]]:
         """The task's events in commit order (every page), after ``after_seq``."""
         out: list[Event] = []
         params: dict[str, Any] = {"after_seq": after_seq, "limit": _EVENTS_PAGE}
         for _ in range(_MAX_EVENT_PAGES):
-            page = yield from self.call("GET", f"/v1/tasks/{task_id}/events", idempotent=True,
+            page = yield from self.call("GET", f"/v1/tasks/{_seg(task_id)}/events", idempotent=True,
                                         params=params)
             out.extend(wire.event_from_json(e) for e in page["events"])
             if len(page["events"]) < _EVENTS_PAGE:
@@ -463,7 +476,7 @@ class Core:
         dag_hash = task.task.dag_hash
         dag = self._dags.get(dag_hash)
         if dag is None:
-            data = yield from self.call("GET", f"/v1/dags/{dag_hash}", idempotent=True)
+            data = yield from self.call("GET", f"/v1/dags/{_seg(dag_hash)}", idempotent=True)
             dag = Dag.from_canonical(wire.dag_from_json(data).dag)
             self._dags.put(dag_hash, dag)
         return TaskView(task=task.task, dag=dag, snapshots=task.snapshots,
@@ -485,7 +498,7 @@ class Core:
         read = STREAM_READ_TIMEOUT
         if end is not None:
             read = max(0.05, min(read, end - time.monotonic()))
-        response = yield OpenStream(f"/v1/tasks/{task_id}/watch", {"after_seq": after_seq},
+        response = yield OpenStream(f"/v1/tasks/{_seg(task_id)}/watch", {"after_seq": after_seq},
                                     httpx.Timeout(self.timeout, read=read))
         if isinstance(response, httpx.TransportError):
             return
@@ -583,8 +596,8 @@ class Core:
         body: dict[str, Any] = {"decision": decision, "comment": comment}
         if data is not NO_EDITS:
             body["data"] = data
-        reply = yield from self.call("POST", f"/v1/tasks/{task_id}/nodes/{node}/decision",
-                                     body=body, idempotent=True)
+        url = f"/v1/tasks/{_seg(task_id)}/nodes/{_seg(node)}/decision"
+        reply = yield from self.call("POST", url, body=body, idempotent=True)
         return str(reply["result"])
 
     def approve(self, task_id: str, node: str, comment: str = "", *,
@@ -600,13 +613,13 @@ class Core:
     def resume(self, task_id: str, node: str, data: Any = None) -> Op[str]:
         """Resume a node its handler paused; ``data`` goes to its next run:
         ``committed`` or ``already-done``."""
-        reply = yield from self.call("POST", f"/v1/tasks/{task_id}/nodes/{node}/resume",
+        reply = yield from self.call("POST", f"/v1/tasks/{_seg(task_id)}/nodes/{_seg(node)}/resume",
                                      body={"data": data}, idempotent=True)
         return str(reply["result"])
 
     def cancel(self, task_id: str, reason: str = "") -> Op[str]:
         """Cancel every unfinished node: ``committed`` or ``already-done``."""
-        data = yield from self.call("POST", f"/v1/tasks/{task_id}/cancel",
+        data = yield from self.call("POST", f"/v1/tasks/{_seg(task_id)}/cancel",
                                     body={"reason": reason}, idempotent=True)
         return str(data["result"])
 
@@ -616,7 +629,7 @@ class Core:
         body: dict[str, Any] = {"from_node": from_node}
         if input is not None:
             body["input"] = input
-        data = yield from self.call("POST", f"/v1/tasks/{task_id}/retry", body=body,
+        data = yield from self.call("POST", f"/v1/tasks/{_seg(task_id)}/retry", body=body,
                                     idempotent=False)
         return str(data["result"])
 
@@ -628,7 +641,7 @@ class Core:
         body: dict[str, Any] = {"from_node": from_node}
         if output is not None:
             body["output"] = output
-        data = yield from self.call("POST", f"/v1/tasks/{task_id}/fork", body=body,
+        data = yield from self.call("POST", f"/v1/tasks/{_seg(task_id)}/fork", body=body,
                                     idempotent=False)
         return str(data["task"]["task_id"])
 
