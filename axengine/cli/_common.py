@@ -13,7 +13,7 @@ from typing import Any
 
 from axengine.config import AxConfig
 from axengine.engine import Event, TaskView
-from axengine.errors import InputError
+from axengine.errors import AxError, InputError
 from axengine.limits import MAX_JSON_BYTES, parse_json_text
 
 __all__ = [
@@ -26,6 +26,7 @@ __all__ = [
     "fail",
     "flags_of",
     "format_event",
+    "key_value_pairs",
     "node_table",
     "parse_json_arg",
     "positive_int",
@@ -80,6 +81,21 @@ def positive_int(value: str) -> int:
     if n < 1:
         raise argparse.ArgumentTypeError("must be at least 1")
     return n
+
+
+def key_value_pairs(values: Sequence[str], what: str) -> dict[str, str]:
+    """``KEY=VALUE`` arguments (``--label``, ``--decide``) as a mapping.
+
+    Raises:
+        AxError: One has no ``=`` or no key.
+    """
+    out = {}
+    for value in values:
+        key, sep, val = value.partition("=")
+        if not sep or not key:
+            raise AxError(f"{what} must look like KEY=VALUE, not {value!r}")
+        out[key] = val
+    return out
 
 
 def read_text_file(path: str | Path, what: str, *, max_bytes: int = MAX_JSON_BYTES) -> str:

@@ -25,6 +25,7 @@ from axengine.cli._common import (
     display_path,
     fail,
     format_event,
+    key_value_pairs,
     node_table,
     positive_int,
 )
@@ -73,16 +74,6 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_run)
 
 
-def _pairs(values: Sequence[str], what: str) -> dict[str, str]:
-    out = {}
-    for value in values:
-        key, sep, val = value.partition("=")
-        if not sep or not key:
-            raise AxError(f"{what} must look like KEY=VALUE, not {value!r}")
-        out[key] = val
-    return out
-
-
 def check_gates(dag: Dag, decide: Mapping[str, str]) -> None:
     """Every ``--decide`` names a ``human_gateway`` of ``dag``.
 
@@ -98,11 +89,11 @@ def check_gates(dag: Dag, decide: Mapping[str, str]) -> None:
 
 def cmd_run(args: argparse.Namespace) -> int:
     try:
-        decide = _pairs(args.decide, "--decide")
+        decide = key_value_pairs(args.decide, "--decide")
         for node, decision in decide.items():
             if decision not in ("approve", "reject"):
                 return fail(f"--decide {node}={decision}: use approve or reject")
-        labels = _pairs(args.label, "--label")
+        labels = key_value_pairs(args.label, "--label")
         check_labels(labels)  # before the task's line is printed: no task is made
         remote = remote_of(args)
         if args.resume:

@@ -9,7 +9,14 @@ import sys
 import tempfile
 from typing import TYPE_CHECKING, Any
 
-from axengine.cli._common import EXIT_FAILED, EXIT_OK, add_home, config_of, fail
+from axengine.cli._common import (
+    EXIT_FAILED,
+    EXIT_OK,
+    add_home,
+    config_of,
+    fail,
+    key_value_pairs,
+)
 from axengine.cli._remote import add_remote, remote_of, with_client
 from axengine.cli._runtime import with_engine
 from axengine.cli.tasks import pipe_safe
@@ -93,7 +100,10 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    decide = dict(d.split("=", 1) for d in args.decide)
+    try:
+        decide = key_value_pairs(args.decide, "--decide")
+    except AxError as exc:
+        return fail(str(exc))
     try:
         fixture = load_fixture(args.fixture)
     except AxError as exc:
@@ -108,4 +118,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         return EXIT_OK if result.status == "SUCCEEDED" else EXIT_FAILED
 
     with tempfile.TemporaryDirectory(prefix="ax-replay-") as home:
-        return asyncio.run(main(home))
+        try:
+            return asyncio.run(main(home))
+        except AxError as exc:  # a fixture whose DAG does not match its hash, say
+            return fail(str(exc), EXIT_FAILED)

@@ -66,3 +66,20 @@ def test_cli_export_then_replay_round_trip(tmp_path: Path,
     capsys.readouterr()
     assert ax_main(["replay", str(out)]) == 0
     assert capsys.readouterr().out.strip() == "SUCCEEDED: " + " -> ".join(MEDIUM)
+
+
+def test_replay_refuses_a_bad_decide_and_a_fixture_off_its_hash_in_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = json.loads((FIXTURES / "financial_success.json").read_text())
+    data["dag_hash"] = "0" * 64  # edited by hand
+    edited = tmp_path / "edited.json"
+    edited.write_text(json.dumps(data))
+
+    assert ax_main(["replay", str(FIXTURES / "financial_success.json"),
+                    "--decide", "gate"]) == 2
+    assert capsys.readouterr().err.strip() == \
+        "ax: error: --decide must look like KEY=VALUE, not 'gate'"
+    assert ax_main(["replay", str(edited)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("ax: error: fixture DAG does not match its recorded hash")
+    assert "Traceback" not in err
