@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from axengine.cli._common import EXIT_USAGE, fail, parse_json_arg
+from axengine.cli._common import EXIT_USAGE, fail, key_value_pairs, parse_json_arg
 from axengine.dag import load_dag
 from axengine.errors import AxError, DagError
 from axengine.runners.job import (
@@ -62,16 +62,6 @@ def register(subparsers: Any) -> None:
     job.set_defaults(func=run)
 
 
-def _labels(pairs: list[str]) -> dict[str, str]:
-    labels: dict[str, str] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key:
-            raise AxError(f"--label {pair!r}: expected KEY=VALUE")
-        labels[key] = value
-    return labels
-
-
 def run(args: argparse.Namespace) -> int:
     """Print the Job of ``args.node``; problems go to stderr with exit code 2."""
     try:
@@ -97,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
         return fail("--task-id: a task id is not empty")
     try:
         parse_json_arg(args.input, "--input")  # checked only: a Job carries no input
-        labels = _labels(args.label)
+        labels = key_value_pairs(args.label, "--label")
         settings = load_job_settings(args.config) if args.config else JobSettings()
         # As the engine's claim builds it: the canonical node minus its edges and input.
         config = {k: v for k, v in node.canonical().items() if k not in ("next", "input")}

@@ -465,7 +465,7 @@ def test_the_fence_and_the_task_id_are_options(capsys: pytest.CaptureFixture[str
     (["assess_risk"], "node 'assess_risk' is a condition node"),
     (["send_high_risk_email"], "node 'send_high_risk_email' is a human_gateway node"),
     (["parse_pdf", "--input", "{not json"], "--input: the argument is not valid JSON"),
-    (["parse_pdf", "--label", "nope"], "--label 'nope': expected KEY=VALUE"),
+    (["parse_pdf", "--label", "nope"], "--label must look like KEY=VALUE, not 'nope'"),
     (["parse_pdf", "--fence", "0"], "a fence is 1 or more"),
 ])
 def test_what_has_no_job_is_refused_naming_file_and_node(
