@@ -47,6 +47,7 @@ __all__ = [
     "finite_float",
     "json_depth",
     "parse_json_text",
+    "past_int_digits",
 ]
 
 #: Most nested containers (objects/arrays) in one value. The readers of a value recurse
@@ -151,12 +152,18 @@ def canonical_bytes(value: Any, field: str = "value") -> bytes:
                          f"{exc.start} of its JSON") from None
 
 
+def past_int_digits(exc: BaseException) -> bool:
+    """Whether ``exc`` is Python refusing to turn an integer of more than
+    ``sys.get_int_max_str_digits()`` digits into text, or text into one."""
+    return isinstance(exc, ValueError) and "integer string conversion" in str(exc)
+
+
 def _why_not_json(exc: Exception) -> str:
     """The json module's complaint, in the terms of the value."""
     text = str(exc)
     if "Out of range float" in text:
         return "it holds NaN or an infinity"
-    if "integer string conversion" in text:
+    if past_int_digits(exc):
         return f"it holds an integer longer than {sys.get_int_max_str_digits()} digits"
     if "not supported between instances" in text:  # sort_keys over mixed key types
         return f"its object keys are not all strings ({text})"

@@ -216,7 +216,6 @@ def _pending_gates(task: Mapping[str, Any], decide: Mapping[str, str],
             and v.get("type") == "human_gateway" and n in decide and n not in done]
 
 
-
 def _seg(value: str) -> str:
     """``value`` as one URL path segment: a ``/``, ``?``, ``#`` or ``..`` in an id cannot
     reach another route or another task (``ax approve 'x/../t-1' gate`` approved t-1).
@@ -227,6 +226,7 @@ def _seg(value: str) -> str:
     if not value:
         raise InputError("an empty id names no task, node or DAG")
     return quote(value, safe="").replace(".", "%2E")
+
 
 class SseParser:
     """Server-sent events, one line at a time: returns each complete message."""

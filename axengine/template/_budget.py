@@ -21,6 +21,7 @@ from jinja2.environment import Template
 from jinja2.exceptions import SecurityError, UndefinedError
 
 from axengine.errors import TemplateError, TemplateLimitError, TemplateSecurityError
+from axengine.limits import past_int_digits
 
 #: Bound on the text one render may produce (and on any single repeated value).
 MAX_OUTPUT_CHARS: int = 65536
@@ -201,7 +202,7 @@ def _mapped(exc: BaseException, line_base: int, default_line: int) -> TemplateEr
         return _error(TemplateLimitError, "recursion too deep (recursive macro or loop)", line)
     if isinstance(exc, MemoryError):
         return _error(TemplateLimitError, "the template ran out of memory", line)
-    if isinstance(exc, ValueError) and "integer string conversion" in str(exc):
+    if past_int_digits(exc):
         message = f"an integer longer than {sys.get_int_max_str_digits()} digits cannot be text"
         return _error(TemplateLimitError, message, line)
     if isinstance(exc, SecurityError):

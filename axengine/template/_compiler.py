@@ -12,6 +12,7 @@ from jinja2.exceptions import TemplateSyntaxError
 from jinja2.parser import Parser
 
 from axengine.errors import TemplateError, TemplateLimitError, TemplateSecurityError
+from axengine.limits import past_int_digits
 from axengine.template._budget import _MAX_SOURCE_CHARS, MAX_OUTPUT_CHARS, _error
 from axengine.template._normalize import _scan_code, normalize
 from axengine.template._sandbox import _ENV
@@ -54,7 +55,7 @@ def _too_deep(exc: BaseException | None = None) -> str:
 
 
 def _bad_literal(exc: ValueError) -> str:
-    if "integer string conversion" in str(exc):
+    if past_int_digits(exc):
         return f"an integer literal longer than {sys.get_int_max_str_digits()} digits"
     return f"a literal Python cannot read ({exc})"
 
