@@ -22,19 +22,31 @@ in :data:`READABLE_VERSIONS` and refuses any other with a message that says what
 from __future__ import annotations
 
 import copy
+import dataclasses
 import difflib
+import functools
 import hashlib
 import json
+import math
 import os
+import types
+import typing
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, replace
-from pathlib import Path
+from dataclasses import MISSING, asdict, is_dataclass, replace
+from enum import Enum
 from typing import Any
 
 from axengine.dag import Dag
 from axengine.engine import Engine, Event, NodeState, Snapshot, TaskRecord, TaskStatus
 from axengine.errors import InputError
-from axengine.limits import canonical_json
+from axengine.limits import (
+    FileTooLarge,
+    NotRegularFile,
+    canonical_json,
+    check_json_value,
+    finite_float,
+    read_regular,
+)
 from axengine.records import BlobRef, NextHop
 
 __all__ = [
@@ -119,8 +131,10 @@ def check_fixture(data: Any, source: str = "fixture") -> None:
     """Refuse anything this ax cannot restore, saying what to do about it.
 
     Raises:
-        InputError: Not a fixture, a format version this ax does not read, or a record
-            missing one of its parts; the message names ``source``.
+        InputError: Not a fixture, a format version this ax does not read, a record
+            missing one of its parts or holding a field of the wrong type or range, a
+            DAG that does not match its hash, or records that do not fit together
+            (see :func:`_check_records`); the message names ``source`` and the field.
     """
     if not isinstance(data, Mapping) or "version" not in data:
         raise InputError(f"{source} is not an ax snapshot fixture (it has no format "
@@ -141,6 +155,7 @@ def check_fixture(data: Any, source: str = "fixture") -> None:
     if missing:
         raise InputError(f"{source}: a version-{version} fixture needs "
                          f"{', '.join(missing)}; export the task again")
+    _check_records(data, source)
 
 
 def load_fixture(fixture: str | os.PathLike[str] | Mapping[str, Any]) -> dict[str, Any]:
@@ -155,14 +170,217 @@ def load_fixture(fixture: str | os.PathLike[str] | Mapping[str, Any]) -> dict[st
         return dict(fixture)
     source = os.fspath(fixture)
     try:
-        data = json.loads(Path(source).read_text(encoding="utf-8"))
+        text = read_regular(source, MAX_FIXTURE_BYTES).decode("utf-8")
     except OSError as exc:
-        raise InputError(f"cannot read fixture {source}: {exc.strerror or exc}") from exc
-    except ValueError as exc:
-        raise InputError(f"{source} is not JSON ({exc}): a fixture is what "
-                         "`ax snapshot export TASK -o FILE` writes") from exc
+        raise InputError(f"cannot read fixture {source}: {exc.strerror or exc}") from None
+    except (NotRegularFile, FileTooLarge) as exc:
+        raise InputError(f"cannot read fixture: {exc}") from None
+    except UnicodeDecodeError:
+        raise InputError(f"{source} is not UTF-8 text: a fixture is what "
+                         "`ax snapshot export TASK -o FILE` writes") from None
+    try:
+        data = json.loads(text, parse_float=finite_float)
+    except (ValueError, RecursionError) as exc:
+        raise InputError(f"{source} is not JSON ({_short(exc)}): a fixture is what "
+                         "`ax snapshot export TASK -o FILE` writes") from None
     check_fixture(data, source)
     return dict(data)
+
+
+#: Largest fixture file read: outputs are inlined, so a fixture can be far larger than
+#: any one value, but a file past this is not a recording.
+MAX_FIXTURE_BYTES = 256 * 1024 * 1024
+#: Latest time (and longest duration) a record may hold, in seconds: the end of the
+#: year 9999, the last instant a timestamp can show. Far past it, a restored task
+#: made a worker's timer overflow.
+MAX_SECONDS = 253_402_300_799.0
+_INT32 = 2**31 - 1
+_INT64 = 2**63 - 1
+#: Integer fields stored as 64-bit numbers; every other one is 32-bit.
+_INT64_FIELDS = frozenset({"fence", "seq", "size", "io_bytes", "net_bytes", "counts"})
+#: Integer fields that may be negative.
+_SIGNED_FIELDS = frozenset({"priority"})
+#: Longest task id a fixture may name (ids ax makes are 18 characters).
+MAX_TASK_ID = 256
+
+
+def _short(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def _kind(value: Any) -> str:
+    """How a JSON value reads in a message: ``a string``, ``null``, ``a list``..."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return f"{str(value).lower()}"
+    return {str: "a string", int: "an integer", float: "a number", list: "a list",
+            dict: "an object"}.get(type(value), type(value).__name__)
+
+
+def _check_records(data: Mapping[str, Any], source: str) -> None:
+    """Check the records of a fixture field by field against the record types (what
+    restore builds from them), then that they fit together: one task, whose id the
+    snapshots and events repeat; a snapshot for every node of the recorded DAG and
+    for nothing else; a DAG that matches its hash. Values are inlined in a fixture, so
+    a blob reference is refused too (restoring one would point at another store).
+
+    Raises:
+        InputError: The first problem, named by its place in the fixture
+            (``snapshots[3] (node parse_pdf).state``).
+    """
+    def where(path: str) -> str:
+        return f"{source}: {path}"
+
+    for name, expected in (("dag", dict), ("dag_hash", str), ("task", dict),
+                           ("snapshots", list), ("events", list), ("redacted", list)):
+        if name in data and not isinstance(data[name], expected):
+            raise InputError(f"{where(name)} must be {_kind(expected())}, not "
+                             f"{_kind(data[name])}; export the task again")
+    for i, path in enumerate(data.get("redacted", ())):
+        if not isinstance(path, str):
+            raise InputError(f"{where(f'redacted[{i}]')} must be a string, not {_kind(path)}")
+    task = data["task"]
+    _check_record(TaskRecord, task, where("task"))
+    task_id = task["task_id"]
+    if not task_id or len(task_id) > MAX_TASK_ID or not task_id.isprintable():
+        raise InputError(f"{where('task.task_id')} must be printable text of 1 to "
+                         f"{MAX_TASK_ID} characters, not {task_id!r}")
+    try:
+        dag = Dag.from_canonical(data["dag"])
+        dag_hash = dag.hash
+    except (KeyError, TypeError, ValueError, AttributeError, RecursionError) as exc:
+        raise InputError(f"{where('dag')} is not a DAG as ax stores it ({_short(exc)}); "
+                         "export the task again") from None
+    if dag_hash != data["dag_hash"]:
+        raise InputError(f"{source}: the fixture's DAG does not match its recorded hash "
+                         "(was the fixture edited by hand? export the task again)")
+    if task["dag_hash"] != dag_hash:
+        raise InputError(f"{where('task.dag_hash')} is {task['dag_hash']!r}, not the "
+                         f"fixture's DAG ({dag_hash})")
+    seen: set[str] = set()
+    for i, raw in enumerate(data["snapshots"]):
+        node = raw.get("node_id") if isinstance(raw, dict) else None
+        at = f"snapshots[{i}]" + (f" (node {node})" if isinstance(node, str) else "")
+        _check_record(Snapshot, raw, where(at))
+        node = raw["node_id"]
+        if raw["task_id"] != task_id:
+            raise InputError(f"{where(at + '.task_id')} is {raw['task_id']!r}, not the "
+                             f"task's id {task_id!r}")
+        if dag.get_node(node) is None:
+            raise InputError(f"{where(at + '.node_id')}: DAG {dag.name} has no node "
+                             f"{node!r}")
+        if node in seen:
+            raise InputError(f"{where(at + '.node_id')}: node {node!r} has two snapshots")
+        seen.add(node)
+        for ref in ("input_ref", "output_ref"):
+            if raw.get(ref) is not None:
+                raise InputError(f"{where(f'{at}.{ref}')}: a fixture holds values inline, "
+                                 "not blob references; export the task again")
+    absent = [n for n in dag.nodes if n not in seen]
+    if absent:
+        raise InputError(f"{where('snapshots')}: no snapshot of node "
+                         f"{', '.join(absent[:5])}{' ...' if len(absent) > 5 else ''} "
+                         f"(a task has one for every node of its DAG); export the task again")
+    if task.get("input_ref") is not None:
+        raise InputError(f"{where('task.input_ref')}: a fixture holds values inline, not "
+                         "blob references; export the task again")
+    event_ids: set[str] = set()
+    for i, raw in enumerate(data.get("events", ())):
+        at = f"events[{i}]"
+        _check_record(Event, raw, where(at))
+        if raw["task_id"] != task_id:
+            raise InputError(f"{where(at + '.task_id')} is {raw['task_id']!r}, not the "
+                             f"task's id {task_id!r}")
+        if not raw["event_id"] or raw["event_id"] in event_ids:
+            raise InputError(f"{where(at + '.event_id')}: {raw['event_id']!r} is "
+                             f"{'empty' if not raw['event_id'] else 'not unique'}")
+        event_ids.add(raw["event_id"])
+
+
+def _check_record(cls: type, raw: Any, at: str) -> None:
+    """``raw`` must be an object holding the fields of dataclass ``cls`` (those without
+    a default at least), each of its declared type."""
+    if not isinstance(raw, dict):
+        raise InputError(f"{at} must be an object, not {_kind(raw)}")
+    hints, declared = _fields_of(cls)
+    unknown = sorted(set(raw) - declared.keys())
+    if unknown:
+        raise InputError(f"{at}: unknown field {unknown[0]!r} (a {cls.__name__} has "
+                         f"{', '.join(declared)})")
+    for name, f in declared.items():
+        if name not in raw:
+            if f.default is MISSING and f.default_factory is MISSING:
+                raise InputError(f"{at}.{name} is missing")
+            continue
+        _check_value(raw[name], hints[name], f"{at}.{name}", name)
+
+
+@functools.cache
+def _fields_of(cls: type) -> tuple[dict[str, Any], dict[str, dataclasses.Field[Any]]]:
+    """The resolved type hints and the fields of dataclass ``cls``."""
+    return typing.get_type_hints(cls), {f.name: f for f in dataclasses.fields(cls)}
+
+
+def _check_value(value: Any, hint: Any, at: str, name: str) -> None:
+    """One field's value against its declared type (see :func:`_check_record`)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any:
+        check_json_value(value, at)  # (lone surrogates included)
+    elif origin in (types.UnionType, typing.Union):
+        if value is None and type(None) in args:
+            return
+        (inner,) = (a for a in args if a is not type(None))
+        _check_value(value, inner, at, name)
+    elif isinstance(hint, type) and issubclass(hint, Enum):
+        allowed = [m.value for m in hint]
+        if value not in allowed or not isinstance(value, str):
+            raise InputError(f"{at} must be one of {', '.join(allowed)}, not {value!r}")
+    elif hint is str:
+        if not isinstance(value, str):
+            raise InputError(f"{at} must be a string, not {_kind(value)}")
+        try:
+            value.encode()
+        except UnicodeEncodeError:
+            raise InputError(f"{at} holds a lone surrogate (not valid Unicode text)") from None
+    elif hint is bool:
+        if not isinstance(value, bool):
+            raise InputError(f"{at} must be true or false, not {_kind(value)}")
+    elif hint is int:
+        _check_int(value, at, name)
+    elif hint is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise InputError(f"{at} must be a number, not {_kind(value)}")
+        if not (math.isfinite(value) and 0 <= value <= MAX_SECONDS):
+            raise InputError(f"{at} must be a number of seconds from 0 to {MAX_SECONDS:.0f} "
+                             f"(the year 9999), not {value!r}")
+    elif origin is tuple:
+        if not isinstance(value, list):
+            raise InputError(f"{at} must be a list, not {_kind(value)}")
+        for i, item in enumerate(value):
+            _check_value(item, args[0], f"{at}[{i}]", name)
+    elif origin is Mapping:
+        if not isinstance(value, dict):
+            raise InputError(f"{at} must be an object, not {_kind(value)}")
+        for key, item in value.items():
+            _check_value(key, str, f"{at} key {key!r}", name)
+            _check_value(item, args[1], f"{at}.{key}", name)
+    elif is_dataclass(hint):
+        _check_record(hint, value, at)  # type: ignore[arg-type]
+    else:  # a record type this check does not know: a bug here, not in the fixture
+        raise AssertionError(f"{at}: no check for {hint!r}")
+
+
+def _check_int(value: Any, at: str, name: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InputError(f"{at} must be an integer, not {_kind(value)}")
+    top = _INT64 if name in _INT64_FIELDS else _INT32
+    low = -top - 1 if name in _SIGNED_FIELDS else 0
+    if not low <= value <= top:
+        bits = value.bit_length()
+        shown = str(value) if bits < 128 else f"an integer of {bits} bits"
+        raise InputError(f"{at} must be an integer from {low} to {top}, not {shown}")
 
 
 def fixture_snapshots(fixture: Mapping[str, Any]) -> dict[str, Snapshot]:
@@ -204,9 +422,6 @@ async def restore_task(engine: Engine, fixture: Mapping[str, Any]) -> str:
     """
     check_fixture(fixture)
     dag = Dag.from_canonical(fixture["dag"])
-    if dag.hash != fixture["dag_hash"]:
-        raise InputError("fixture DAG does not match its recorded hash (was the fixture "
-                         "edited by hand? export the task again)")
     events = [Event(**{k: v for k, v in raw.items() if k != "seq"})
               for raw in fixture.get("events", ())]
     return await engine.restore_task(dag, _task(fixture["task"]),

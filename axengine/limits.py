@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
+import stat
 import sys
 from collections.abc import Mapping
 from typing import Any, NoReturn
@@ -40,6 +42,8 @@ __all__ = [
     "MAX_JSON_BYTES",
     "MAX_JSON_DEPTH",
     "MAX_LABELS",
+    "FileTooLarge",
+    "NotRegularFile",
     "canonical_bytes",
     "canonical_json",
     "check_json_value",
@@ -48,6 +52,7 @@ __all__ = [
     "json_depth",
     "parse_json_text",
     "past_int_digits",
+    "read_regular",
 ]
 
 #: Most nested containers (objects/arrays) in one value. The readers of a value recurse
@@ -183,6 +188,37 @@ def finite_float(text: str) -> float:
         shown = text if len(text) <= 40 else text[:37] + "..."
         raise ValueError(f"{shown} is out of range for a JSON number (a 64-bit float)")
     return value
+
+
+class NotRegularFile(ValueError):
+    """:func:`read_regular` was named a FIFO, a device or a directory."""
+
+
+class FileTooLarge(ValueError):
+    """:func:`read_regular` found more bytes than its limit."""
+
+
+def read_regular(path: str | os.PathLike[str], max_bytes: int) -> bytes:
+    """The bytes of the regular file ``path``, of at most ``max_bytes``.
+
+    Opened without blocking and checked before anything is read, so a FIFO (which would
+    wait for a writer for ever) or a device such as ``/dev/zero`` (which never ends) is
+    refused, and at most ``max_bytes`` + 1 bytes are read whatever the file grows to.
+    Callers word the errors in their own terms (an option, a configuration file).
+
+    Raises:
+        OSError: The file cannot be opened.
+        NotRegularFile: It is not a regular file.
+        FileTooLarge: It holds more than ``max_bytes`` bytes.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    with open(fd, "rb") as file:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise NotRegularFile(f"{os.fspath(path)} is not a regular file")
+        data = file.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise FileTooLarge(f"{os.fspath(path)} is larger than {max_bytes} bytes")
+    return data
 
 
 def json_depth(value: Any) -> int:

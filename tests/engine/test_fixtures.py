@@ -81,5 +81,6 @@ def test_replay_refuses_a_bad_decide_and_a_fixture_off_its_hash_in_one_line(
         "ax: error: --decide must look like KEY=VALUE, not 'gate'"
     assert ax_main(["replay", str(edited)]) == 1
     err = capsys.readouterr().err
-    assert err.startswith("ax: error: fixture DAG does not match its recorded hash")
+    assert err.startswith(f"ax: error: {edited}: the fixture's DAG does not match its "
+                          "recorded hash")
     assert "Traceback" not in err

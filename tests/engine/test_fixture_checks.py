@@ -1,0 +1,177 @@
+"""A fixture file is checked field by field before anything is restored: a field of the
+wrong type or range, or records that do not fit together, is one clear error naming the
+file and the field — never a traceback from deep inside restore, replay or a worker."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from axengine.cli import main as ax_main
+from axengine.errors import InputError
+from axengine.fixtures import MAX_SECONDS, check_fixture, load_fixture
+from axengine.records import Event, Snapshot, TaskRecord
+
+FIXTURES = Path(__file__).resolve().parents[1] / "data" / "fixtures"
+BASE = json.loads((FIXTURES / "financial_success.json").read_text())
+
+
+def _edited(edit: Any) -> dict[str, Any]:
+    data = copy.deepcopy(BASE)
+    edit(data)
+    return data
+
+
+def _nested(levels: int) -> Any:
+    value: Any = []
+    for _ in range(levels - 1):
+        value = [value]
+    return value
+
+
+def _refused(data: Any) -> str:
+    with pytest.raises(InputError) as caught:
+        check_fixture(data, "f.json")
+    return str(caught.value)
+
+
+def test_the_recorded_fixtures_pass() -> None:
+    for path in sorted(FIXTURES.glob("*.json")):
+        assert load_fixture(path)["task"]["task_id"]
+
+
+# One value of the wrong kind for each declared type of a record field.
+_WRONG = {"str": 7, "int": "7", "float": "7", "bool": 0, "NodeState": "NAPPING",
+          "TaskStatus": "NAPPING"}
+
+
+def _typed_fields(cls: type) -> list[tuple[str, str]]:
+    return [(f.name, str(f.type)) for f in dataclasses.fields(cls) if str(f.type) in _WRONG]
+
+
+@pytest.mark.parametrize("name,kind", _typed_fields(TaskRecord))
+def test_every_typed_task_field_is_checked(name: str, kind: str) -> None:
+    message = _refused(_edited(lambda d: d["task"].__setitem__(name, _WRONG[kind])))
+    assert message.startswith(f"f.json: task.{name} must be "), message
+
+
+@pytest.mark.parametrize("name,kind", _typed_fields(Snapshot))
+def test_every_typed_snapshot_field_is_checked(name: str, kind: str) -> None:
+    message = _refused(_edited(lambda d: d["snapshots"][1].__setitem__(name, _WRONG[kind])))
+    node = BASE["snapshots"][1]["node_id"]
+    # (a node id that is not a string cannot name its node)
+    at = "snapshots[1]" if name == "node_id" else f"snapshots[1] (node {node})"
+    assert message.startswith(f"f.json: {at}.{name} must be "), message
+
+
+@pytest.mark.parametrize("name,kind", _typed_fields(Event))
+def test_every_typed_event_field_is_checked(name: str, kind: str) -> None:
+    message = _refused(_edited(lambda d: d["events"][2].__setitem__(name, _WRONG[kind])))
+    assert message.startswith(f"f.json: events[2].{name}"), message
+
+
+@pytest.mark.parametrize("path,value,expected", [
+    # Values a JSON file can spell that no record can hold.
+    (("task", "priority"), 2**40, "task.priority must be an integer from -2147483648"),
+    (("task", "deadline"), 1e300, f"task.deadline must be a number of seconds from 0 to "
+                                  f"{MAX_SECONDS:.0f}"),
+    (("task", "created_at"), -1, "task.created_at must be a number of seconds"),
+    (("task", "counts"), {"SUCCEEDED": "2"}, "task.counts.SUCCEEDED must be an integer"),
+    (("task", "labels"), {"team": 3}, "task.labels.team must be a string"),
+    (("task", "labels"), [], "task.labels must be an object, not a list"),
+    (("task", "input"), _nested(70), "task.input is nested deeper than 64 levels"),
+    (("task", "input"), "\ud800", "not valid Unicode text"),
+    (("task", "task_id"), "", "task.task_id must be printable text of 1 to 256"),
+    (("task", "task_id"), "t\n1", "task.task_id must be printable text"),
+    (("task", "dag_hash"), "0" * 64, "task.dag_hash is '000"),
+    (("task", "input_ref"), {"uri": "/etc/passwd", "sha256": "0", "size": 1},
+     "task.input_ref: a fixture holds values inline"),
+    (("task", "surprise"), 1, "task: unknown field 'surprise'"),
+    (("snapshots", 0, "fence"), 2**64, "fence must be an integer from 0 to 9223372036854775807"),
+    (("snapshots", 0, "attempt"), -1, "attempt must be an integer from 0 to 2147483647"),
+    (("snapshots", 0, "next_hops"), "x", "next_hops must be a list, not a string"),
+    (("snapshots", 0, "next_hops"), [{"target_node_id": "a"}],
+     "next_hops[0].is_taken is missing"),
+    (("snapshots", 0, "activity"), {"seconds": 1.0}, "activity.cpu_seconds is missing"),
+    (("snapshots", 0, "decision"), [], "decision must be an object, not a list"),
+    (("snapshots", 0, "output_ref"), {"uri": "x", "sha256": "0", "size": 1},
+     "output_ref: a fixture holds values inline"),
+    (("snapshots", 0, "task_id"), "t-other", "snapshots[0] (node parse_pdf).task_id is "
+                                            "'t-other', not the task's id"),
+    (("snapshots", 0, "node_id"), "no_such_node", "DAG financial_risk_assessment has no "
+                                                  "node 'no_such_node'"),
+    (("snapshots", 1, "node_id"), "parse_pdf", "node 'parse_pdf' has two snapshots"),
+    (("events", 0, "event_id"), "", "events[0].event_id: '' is empty"),
+    (("events", 0, "task_id"), "t-other", "events[0].task_id is 't-other'"),
+    (("events",), "x", "events must be a list, not a string"),
+    (("snapshots",), {}, "snapshots must be a list, not an object"),
+    (("snapshots",), [], "snapshots: no snapshot of node assess_risk, extract_metrics"),
+    (("redacted",), [1], "redacted[0] must be a string, not an integer"),
+    (("dag",), {"name": "x"}, "dag is not a DAG as ax stores it"),
+    (("dag", "nodes"), [], "dag is not a DAG as ax stores it"),
+])
+def test_a_bad_field_is_named(path: tuple[Any, ...], value: Any, expected: str) -> None:
+    def edit(data: Any) -> None:
+        for part in path[:-1]:
+            data = data[part]
+        data[path[-1]] = value
+
+    message = _refused(_edited(edit))
+    assert message.startswith("f.json: "), message
+    assert expected in message, message
+
+
+def test_duplicate_event_ids_are_refused() -> None:
+    data = _edited(lambda d: d["events"].append(dict(d["events"][0])))
+    assert "is not unique" in _refused(data)
+
+
+def test_a_snapshot_missing_is_refused() -> None:
+    data = _edited(lambda d: d["snapshots"].pop())
+    assert "no snapshot of node" in _refused(data)
+
+
+@pytest.mark.parametrize("content,expected", [
+    (b"\xff\xfe", "is not UTF-8 text"),
+    (b'{"version": 2, "x": 1e400}', "is not JSON (1e400 is out of range"),
+    (b"[" * 100_000, "is not JSON"),
+])
+def test_an_unreadable_file_is_refused(tmp_path: Path, content: bytes, expected: str) -> None:
+    path = tmp_path / "f.json"
+    path.write_bytes(content)
+    with pytest.raises(InputError) as caught:
+        load_fixture(path)
+    assert expected in str(caught.value)
+
+
+def test_a_fifo_is_refused_without_waiting(tmp_path: Path) -> None:
+    fifo = tmp_path / "f.json"
+    os.mkfifo(fifo)
+    with pytest.raises(InputError) as caught:
+        load_fixture(fifo)
+    assert str(caught.value) == f"cannot read fixture: {fifo} is not a regular file"
+
+
+@pytest.mark.parametrize("command", [["replay"], ["snapshot", "import", "--home", "h"],
+                                     ["test"]])
+def test_the_commands_print_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                     monkeypatch: pytest.MonkeyPatch,
+                                     command: list[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    data = _edited(lambda d: d["task"].__setitem__("priority", "high"))
+    path = tmp_path / "f.fixture.json"
+    path.write_text(json.dumps(data))
+    code = ax_main([*command, str(path)])
+    out, err = capsys.readouterr()
+    assert code == 1
+    message = f"{path}: task.priority must be an integer, not a string"
+    if command == ["test"]:  # a verdict per fixture
+        assert out.splitlines()[0] == f"FAIL {message}"
+    else:
+        assert err == f"ax: error: {message}\n"
