@@ -29,7 +29,6 @@ from __future__ import annotations
 import difflib
 import os
 import re
-import stat
 import tomllib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -47,6 +46,7 @@ from pydantic_settings import (
 
 from axengine.credentials import MASK, redact_url
 from axengine.errors import AxError
+from axengine.limits import FileTooLarge, NotRegularFile, read_regular
 from axengine.queue import DEFAULT_AGING_SECONDS, DEFAULT_FAST_SHARE
 
 __all__ = [
@@ -347,16 +347,14 @@ def _read_toml(path: Path | None) -> tuple[dict[str, Any], dict[str, int]]:
     if path is None:
         return {}, {}
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        with open(fd, "rb") as file:
-            # (a FIFO would wait for a writer for ever, /dev/zero never end)
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                raise SettingsError(f"configuration file {path}: not a regular file")
-            data = file.read(MAX_CONFIG_BYTES + 1)
+        data = read_regular(path, MAX_CONFIG_BYTES)
     except OSError as exc:
         raise SettingsError(f"configuration file {path}: {exc.strerror or exc}") from None
-    if len(data) > MAX_CONFIG_BYTES:
-        raise SettingsError(f"configuration file {path}: larger than {MAX_CONFIG_BYTES} bytes")
+    except NotRegularFile:
+        raise SettingsError(f"configuration file {path}: not a regular file") from None
+    except FileTooLarge:
+        raise SettingsError(f"configuration file {path}: larger than {MAX_CONFIG_BYTES} bytes"
+                            ) from None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
