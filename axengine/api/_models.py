@@ -66,7 +66,7 @@ class SubmitBody(_Strict):
                                         max_length=limits.MAX_IDEMPOTENCY_KEY)
     labels: dict[str, str] = Field(default_factory=dict)
     priority: int = Field(0, strict=True, ge=-(2**31), le=2**31 - 1)
-    deadline_seconds: float | None = Field(None, gt=0)
+    deadline_seconds: float | None = Field(None, gt=0, strict=True, allow_inf_nan=False)
 
 
 class DecisionBody(_Strict):

@@ -63,6 +63,11 @@ def test_unknown_field_is_named(quiet: ServerHandle,
     response = client.post("/v1/tasks", json={**SEED_BODY, "labels": {"n": 1}})
     assert "body.labels.n" in error_of(response, 400, "InputError")
     unchanged(response)
+    # Not a number of seconds, though a lax parser takes true for 1 and "60" for 60.
+    for wrong in (True, "60"):
+        response = client.post("/v1/tasks", json={**SEED_BODY, "deadline_seconds": wrong})
+        assert "body.deadline_seconds" in error_of(response, 400, "InputError")
+        unchanged(response)
 
 
 def test_malformed_json_names_line_and_column(
