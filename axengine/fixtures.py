@@ -29,6 +29,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import types
 import typing
 from collections.abc import Iterable, Mapping, Sequence
@@ -200,6 +201,9 @@ _INT64 = 2**63 - 1
 _INT64_FIELDS = frozenset({"fence", "seq", "size", "io_bytes", "net_bytes", "counts"})
 #: Integer fields that may be negative.
 _SIGNED_FIELDS = frozenset({"priority"})
+#: A node instance: a DAG node's id, then its map item (``[3]``) or kept visit (``#2``)
+#: suffixes.
+_INSTANCE = re.compile(r"(.+?)((?:\[\d+\]|#\d+)+)")
 #: Longest task id a fixture may name (ids ax makes are 18 characters).
 MAX_TASK_ID = 256
 
@@ -268,9 +272,9 @@ def _check_records(data: Mapping[str, Any], source: str) -> None:
         if raw["task_id"] != task_id:
             raise InputError(f"{where(at + '.task_id')} is {raw['task_id']!r}, not the "
                              f"task's id {task_id!r}")
-        if dag.get_node(node) is None:
-            raise InputError(f"{where(at + '.node_id')}: DAG {dag.name} has no node "
-                             f"{node!r}")
+        problem = _instance_problem(dag, node, raw.get("state", NodeState.PENDING.value))
+        if problem:
+            raise InputError(f"{where(at + '.node_id')}: {problem}")
         if node in seen:
             raise InputError(f"{where(at + '.node_id')}: node {node!r} has two snapshots")
         seen.add(node)
@@ -297,6 +301,26 @@ def _check_records(data: Mapping[str, Any], source: str) -> None:
             raise InputError(f"{where(at + '.event_id')}: {raw['event_id']!r} is "
                              f"{'empty' if not raw['event_id'] else 'not unique'}")
         event_ids.add(raw["event_id"])
+
+
+def _instance_problem(dag: Dag, node_id: str, state: str) -> str | None:
+    """Why ``node_id`` names no node instance of ``dag`` in ``state`` (None: it does).
+    Beside the DAG's nodes, a task holds the items of its map nodes (``node[3]``) and
+    the kept visits of the nodes in its loops (``node#2``), never PENDING."""
+    if node_id in dag.nodes:
+        return None
+    found = _INSTANCE.fullmatch(node_id)
+    base = found.group(1) if found else node_id
+    if base not in dag.nodes:
+        return f"DAG {dag.name} has no node {base!r}"
+    suffix = found.group(2) if found else ""
+    if "[" in suffix and dag.nodes[base].map is None:
+        return f"{base} is not a map node: it has no item {node_id!r}"
+    if "#" in suffix and not any(base in body for body in dag.loops.values()):
+        return f"{base} is in no loop: it has no kept visit {node_id!r}"
+    if state == NodeState.PENDING.value:
+        return f"{node_id!r} is PENDING, which a map's item or a loop's kept visit never is"
+    return None
 
 
 def _check_record(cls: type, raw: Any, at: str) -> None:

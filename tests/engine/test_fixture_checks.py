@@ -107,6 +107,10 @@ def test_every_typed_event_field_is_checked(name: str, kind: str) -> None:
     (("snapshots", 0, "node_id"), "no_such_node", "DAG financial_risk_assessment has no "
                                                   "node 'no_such_node'"),
     (("snapshots", 1, "node_id"), "parse_pdf", "node 'parse_pdf' has two snapshots"),
+    (("snapshots", 1, "node_id"), "parse_pdf[0]",
+     "parse_pdf is not a map node: it has no item 'parse_pdf[0]'"),
+    (("snapshots", 1, "node_id"), "parse_pdf#2",
+     "parse_pdf is in no loop: it has no kept visit 'parse_pdf#2'"),
     (("events", 0, "event_id"), "", "events[0].event_id: '' is empty"),
     (("events", 0, "task_id"), "t-other", "events[0].task_id is 't-other'"),
     (("events",), "x", "events must be a list, not a string"),

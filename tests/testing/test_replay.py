@@ -3,7 +3,9 @@ decisions hold on the DAG under test — or the failure names the node that chan
 
 from __future__ import annotations
 
+import copy
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -11,6 +13,8 @@ import pytest
 
 from axengine.dag import load_dag
 from axengine.engine import NextHop, NodeState, Snapshot
+from axengine.errors import InputError
+from axengine.fixtures import check_fixture
 from axengine.testing import (
     AxTestEngine,
     HopDiff,
@@ -165,6 +169,15 @@ def test_a_recorded_map_and_loop_replay_item_by_item_and_visit_by_visit(
 
     fixture, path = asyncio.run(record())
     assert path.count("draft_digest") == 2 and "summarise_sections[8]" in path
+    # The items and kept visits are node instances a fixture may hold, never PENDING.
+    check_fixture(fixture)
+    for instance in ("summarise_sections[8]", "draft_digest#1"):
+        edited = copy.deepcopy(fixture)
+        snap = next(s for s in edited["snapshots"] if s["node_id"] == instance)
+        snap["state"] = "PENDING"
+        with pytest.raises(InputError, match=re.escape(
+                f"'{instance}' is PENDING, which a map's item or a loop's kept visit")):
+            check_fixture(edited)
     replay = ax_replay(fixture, dag=digest)
     assert replay.ok and replay.rerun == []
     assert replay.check is not None
