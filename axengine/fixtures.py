@@ -204,6 +204,10 @@ _SIGNED_FIELDS = frozenset({"priority"})
 #: A node instance: a DAG node's id, then its map item (``[3]``) or kept visit (``#2``)
 #: suffixes.
 _INSTANCE = re.compile(r"(.+?)((?:\[\d+\]|#\d+)+)")
+#: Fields a record has a default for that a fixture must hold all the same (every
+#: fixture ax wrote does): a node without its state, a task without its status, would
+#: be restored as new.
+_REQUIRED = frozenset({"state", "status"})
 #: Longest task id a fixture may name (ids ax makes are 18 characters).
 MAX_TASK_ID = 256
 
@@ -269,6 +273,10 @@ def _check_records(data: Mapping[str, Any], source: str) -> None:
         at = f"snapshots[{i}]" + (f" (node {node})" if isinstance(node, str) else "")
         _check_record(Snapshot, raw, where(at))
         node = raw["node_id"]
+        if not isinstance(raw.get("input"), dict | None):
+            # (what ax stores is the node's rendered parameters: {"input": ..., ...})
+            raise InputError(f"{where(at + '.input')} must be an object of the node's "
+                             f"rendered parameters or null, not {_kind(raw['input'])}")
         if raw["task_id"] != task_id:
             raise InputError(f"{where(at + '.task_id')} is {raw['task_id']!r}, not the "
                              f"task's id {task_id!r}")
@@ -325,7 +333,7 @@ def _instance_problem(dag: Dag, node_id: str, state: str) -> str | None:
 
 def _check_record(cls: type, raw: Any, at: str) -> None:
     """``raw`` must be an object holding the fields of dataclass ``cls`` (those without
-    a default at least), each of its declared type."""
+    a default, and a state or status, at least), each of its declared type."""
     if not isinstance(raw, dict):
         raise InputError(f"{at} must be an object, not {_kind(raw)}")
     hints, declared = _fields_of(cls)
@@ -335,7 +343,7 @@ def _check_record(cls: type, raw: Any, at: str) -> None:
                          f"{', '.join(declared)})")
     for name, f in declared.items():
         if name not in raw:
-            if f.default is MISSING and f.default_factory is MISSING:
+            if (f.default is MISSING and f.default_factory is MISSING) or name in _REQUIRED:
                 raise InputError(f"{at}.{name} is missing")
             continue
         _check_value(raw[name], hints[name], f"{at}.{name}", name)

@@ -100,6 +100,8 @@ def test_every_typed_event_field_is_checked(name: str, kind: str) -> None:
      "next_hops[0].is_taken is missing"),
     (("snapshots", 0, "activity"), {"seconds": 1.0}, "activity.cpu_seconds is missing"),
     (("snapshots", 0, "decision"), [], "decision must be an object, not a list"),
+    (("snapshots", 1, "input"), "x", "input must be an object of the node's rendered "
+                                     "parameters or null, not a string"),
     (("snapshots", 0, "output_ref"), {"uri": "x", "sha256": "0", "size": 1},
      "output_ref: a fixture holds values inline"),
     (("snapshots", 0, "task_id"), "t-other", "snapshots[0] (node parse_pdf).task_id is "
@@ -129,6 +131,15 @@ def test_a_bad_field_is_named(path: tuple[Any, ...], value: Any, expected: str) 
     message = _refused(_edited(edit))
     assert message.startswith("f.json: "), message
     assert expected in message, message
+
+
+@pytest.mark.parametrize("record,field", [("task", "status"), ("snapshots", "state")])
+def test_a_state_is_required(record: str, field: str) -> None:
+    def edit(data: Any) -> None:
+        target = data[record] if record == "task" else data[record][0]
+        del target[field]
+
+    assert f"{field} is missing" in _refused(_edited(edit))
 
 
 def test_duplicate_event_ids_are_refused() -> None:
