@@ -51,7 +51,8 @@ class AxConfig:
 
     @property
     def resolved_store_url(self) -> str:
-        return self.store_url or f"sqlite:///{(self.home / 'ax.db').resolve()}"
+        # (the resolved path is absolute: its leading slash is the URL's third)
+        return self.store_url or f"sqlite://{(self.home / 'ax.db').resolve()}"
 
     @property
     def resolved_blob_dir(self) -> Path:

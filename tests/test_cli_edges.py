@@ -317,3 +317,23 @@ def test_one_spelling_per_option_old_ones_still_accepted() -> None:
         assert parser.parse_args([*argv, "--log-level", "DEBUG"]).log_level == "debug"
         assert parser.parse_args([*argv, "--log-level", "debug"]).log_level == "debug"
         assert "DEBUG" not in helps[f"ax {argv[0]}"].format_help()
+
+
+@pytest.mark.parametrize("command", [
+    ["tasks", "list"], ["tasks", "show", "t-1"], ["tasks", "diff", "t-1", "t-2"],
+    ["cancel", "t-1"], ["approve", "t-1", "gate"], ["reject", "t-1", "gate"],
+    ["resume", "t-1", "gate"], ["dags"], ["approvals"], ["history", "export"],
+    ["snapshot", "export", "t-1"], ["fork", "t-1", "--from", "n"],
+    ["run", str(ROOT / "dags" / "financial_risk_assessment.yaml")],
+])
+def test_a_home_that_is_a_file_is_one_line(tmp_path: Path, command: list[str],
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    home = tmp_path / "home"
+    home.write_text("not a directory")
+    # (1, or 2 where the command words every refusal as a usage error, as fork does)
+    assert ax([*command, "--home", str(home / "sub")]) in (1, 2)
+    out, err = capsys.readouterr()
+    assert err == (f"ax: error: cannot create the directory of {home / 'sub' / 'ax.db'}: "
+                   f"{home} is not a directory\n")
+    assert out == ""  # (no line about a task that was never created)
+    assert home.read_text() == "not a directory"

@@ -32,6 +32,7 @@ from axengine.cli import (
     tasks,
     validate,
 )
+from axengine.errors import AxError
 from axengine.settings import CONFIG_ENV, SettingsError, use_config_file
 
 __all__ = ["main"]
@@ -92,6 +93,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SettingsError as exc:
         print(f"ax: error: {exc}", file=sys.stderr)
         return 2
+    except AxError as exc:
+        # What a command did not answer itself (a store that cannot be opened, say):
+        # one line, as every other refusal, not a traceback.
+        print(f"ax: error: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

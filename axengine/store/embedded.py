@@ -341,7 +341,15 @@ class SqliteStore:
                 check_same_thread=False,
             )
         except OSError as exc:
-            raise StoreUnavailable(f"cannot create the directory of {self._path}: {exc}") from exc
+            why = exc.strerror or str(exc)
+            parent = Path(self._path).parent
+            # The nearest existing ancestor, when a file stands in the way (a --home
+            # naming a file): that one is to blame, not the directory it prevents.
+            blocking = next((p for p in (parent, *parent.parents) if p.exists()), None)
+            if blocking is not None and not blocking.is_dir():
+                why = f"{blocking} is not a directory"
+            raise StoreUnavailable(f"cannot create the directory of {self._path}: {why}"
+                                   ) from exc
         except sqlite3.Error as exc:
             raise _map_error(exc, self._path) from exc
         try:
