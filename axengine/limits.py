@@ -49,10 +49,12 @@ __all__ = [
     "check_json_value",
     "check_labels",
     "finite_float",
+    "finite_number",
     "json_depth",
     "parse_json_text",
     "past_int_digits",
     "read_regular",
+    "short_repr",
 ]
 
 #: Most nested containers (objects/arrays) in one value. The readers of a value recurse
@@ -219,6 +221,26 @@ def read_regular(path: str | os.PathLike[str], max_bytes: int) -> bytes:
     if len(data) > max_bytes:
         raise FileTooLarge(f"{os.fspath(path)} is larger than {max_bytes} bytes")
     return data
+
+
+def finite_number(value: Any) -> float | None:
+    """``value`` as a float when it is a finite real number (an int or a float, not a
+    bool), else None — an integer too large for a float included, where
+    ``math.isfinite`` would raise ``OverflowError``."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None
+
+
+def short_repr(value: Any, limit: int = 40) -> str:
+    """``repr(value)`` cut to ``limit`` characters, for a message quoting a bad value
+    (a 400-digit number need not fill the screen)."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def json_depth(value: Any) -> int:

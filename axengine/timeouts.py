@@ -39,6 +39,7 @@ from typing import Any, Literal
 import yaml
 
 from axengine.errors import InputError
+from axengine.limits import finite_number, short_repr
 
 __all__ = [
     "DEFAULT_MIN_SAMPLES",
@@ -202,18 +203,24 @@ def seconds(value: float) -> str:
     return "0" if text == "-0" else text
 
 
-def percentile(values: Sequence[float], p: float) -> float:
+def percentile(values: Sequence[float], p: float, *, ascending: bool = False) -> float:
     """The nearest-rank ``p``-th percentile: the ``ceil(p/100 * n)``-th smallest value.
 
     Nearest rank (rather than interpolation) keeps every timeout a duration that was
     actually observed, which makes simulator results checkable by hand.
+
+    Args:
+        values: The values.
+        p: The percentile, 0 to 100.
+        ascending: ``values`` are in ascending order already (not sorted again: the
+            simulator keeps them so, and a copy per run made it quadratic).
 
     Raises:
         ValueError: ``values`` is empty.
     """
     if not values:
         raise ValueError("percentile of no values")
-    ordered = sorted(values)
+    ordered = values if ascending else sorted(values)
     rank = max(1, math.ceil(p / 100.0 * len(ordered)))
     return ordered[min(rank, len(ordered)) - 1]
 
@@ -258,19 +265,20 @@ def _clamp(value: float, low: float, high: float | None) -> tuple[float, str]:
     return value, ""
 
 
-def _base(policy: PercentilePolicy | AdaptivePolicy,
-          durations: Sequence[float]) -> tuple[float, str, bool]:
+def _base(policy: PercentilePolicy | AdaptivePolicy, durations: Sequence[float],
+          ascending: bool) -> tuple[float, str, bool]:
     """The percentile term (or the fallback) and how it reads."""
     if len(durations) < policy.min_samples:
         text = (f"fallback {seconds(policy.fallback)} s ({len(durations)} sample"
                 f"{'' if len(durations) == 1 else 's'} < {policy.min_samples})")
         return policy.fallback, text, True
-    value = percentile(durations, policy.percentile)
+    value = percentile(durations, policy.percentile, ascending=ascending)
     return value, f"p{seconds(policy.percentile)} {seconds(value)} s", False
 
 
 def decide(policy: Policy, durations: Sequence[float] = (), *, load: float = 0.0,
-           progress: Sequence[float] = (), elapsed: float | None = None) -> Decision:
+           progress: Sequence[float] = (), elapsed: float | None = None,
+           ascending: bool = False) -> Decision:
     """The timeout ``policy`` gives a run.
 
     Args:
@@ -282,6 +290,7 @@ def decide(policy: Policy, durations: Sequence[float] = (), *, load: float = 0.0
         elapsed: How long the run has run so far (or in all): grace stops being added
             once the deadline passes it, so the decision shows only the grace the run
             needed. None: extend as far as the marks allow.
+        ascending: ``durations`` are in ascending order already (see :func:`percentile`).
 
     The grace loop only looks at marks up to the current deadline, so evaluating it
     while a run is live, with the marks received so far, gives the same deadline as
@@ -289,7 +298,7 @@ def decide(policy: Policy, durations: Sequence[float] = (), *, load: float = 0.0
     """
     if isinstance(policy, FixedPolicy):
         return Decision(policy.timeout, f"timeout {seconds(policy.timeout)} s (fixed)")
-    value, text, fell_back = _base(policy, durations)
+    value, text, fell_back = _base(policy, durations, ascending)
     # The factor is headroom over observed durations; a fallback is a timeout already.
     if policy.factor != 1.0 and not fell_back:
         value *= policy.factor
@@ -375,13 +384,13 @@ class _Fields:
             if required:
                 raise self.error(name, f"required {required}")
             return default
-        if isinstance(value, bool) or not isinstance(value, int | float) \
-                or not math.isfinite(value):
-            raise self.error(name, f"must be a number of seconds, got {value!r}")
-        if value < 0 or (positive and value == 0):
+        number = finite_number(value)
+        if number is None:
+            raise self.error(name, f"must be a number of seconds, got {short_repr(value)}")
+        if number < 0 or (positive and number == 0):
             raise self.error(name, f"must be {'above' if positive else 'at least'} 0, "
                                    f"got {value!r}")
-        return float(value)
+        return number
 
     def required(self, name: str, what: str, *, positive: bool = True) -> float:
         value = self.number(name, positive=positive, required=what)
@@ -403,9 +412,10 @@ def _load_steps(fields: _Fields) -> tuple[LoadStep, ...]:
             raise fields.error(name, f"must be a mapping with 'at' and 'factor', got {row!r}")
         at, factor = row["at"], row["factor"]
         for key, value in (("at", at), ("factor", factor)):
-            if isinstance(value, bool) or not isinstance(value, int | float) \
-                    or not math.isfinite(value) or value < 0:
-                raise fields.error(f"{name}.{key}", f"must be a number ≥ 0, got {value!r}")
+            number = finite_number(value)
+            if number is None or number < 0:
+                raise fields.error(f"{name}.{key}", f"must be a number ≥ 0, got "
+                                                    f"{short_repr(value)}")
         if factor == 0:
             raise fields.error(f"{name}.factor", "must be above 0, got 0")
         steps.append(LoadStep(at=float(at), factor=float(factor)))
@@ -451,8 +461,8 @@ def policy_from_mapping(data: Any, source: str = "policy", *, name: str = "") ->
         return FixedPolicy(name=title, timeout=fields.required("timeout", "for a fixed policy"),
                            stall_window=stall)
     pct = data.get("percentile", DEFAULT_PERCENTILE)
-    if isinstance(pct, bool) or not isinstance(pct, int | float) or not 0 < pct <= 100:
-        raise fields.error("percentile", f"must be between 0 and 100, got {pct!r}")
+    if finite_number(pct) is None or not 0 < pct <= 100:
+        raise fields.error("percentile", f"must be between 0 and 100, got {short_repr(pct)}")
     samples = data.get("min_samples", DEFAULT_MIN_SAMPLES)
     if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
         raise fields.error("min_samples", f"must be a whole number ≥ 1, got {samples!r}")

@@ -13,13 +13,13 @@ reported with its number, and ``grep``/``jq`` work on it.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
 from axengine.errors import InputError
+from axengine.limits import finite_number, short_repr
 
 __all__ = [
     "FINISHED",
@@ -136,9 +136,11 @@ def _number(data: Mapping[str, Any], name: str, where: str) -> float | None:
     value = data.get(name)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise HistoryError(f"{where}: field {name!r}: must be a number, got {value!r}")
-    return float(value)
+    number = finite_number(value)
+    if number is None:
+        raise HistoryError(f"{where}: field {name!r}: must be a finite number, got "
+                           f"{short_repr(value)}")
+    return number
 
 
 def _text(data: Mapping[str, Any], name: str, where: str, *, required: bool = False) -> str:
@@ -179,7 +181,7 @@ def run_from_json(data: Any, where: str = "history") -> NodeRun:
     if ended < started:
         raise HistoryError(f"{where}: field 'ended': before 'started'")
     raw_outcome = data.get("outcome")
-    if raw_outcome not in {o.value for o in RunOutcome}:
+    if not isinstance(raw_outcome, str) or raw_outcome not in {o.value for o in RunOutcome}:
         raise HistoryError(f"{where}: field 'outcome': must be one of "
                            f"{', '.join(o.value for o in RunOutcome)}, got {raw_outcome!r}")
     outcome = RunOutcome(str(raw_outcome))

@@ -131,11 +131,14 @@ class ReplayResult:
         return percentile(done, p) if done else None
 
 
-def judge(policy: Policy, run: NodeRun, durations: Sequence[float], load: float) -> RunVerdict:
-    """One run under ``policy``, given the durations and load known at its start."""
+def judge(policy: Policy, run: NodeRun, durations: Sequence[float], load: float, *,
+          ascending: bool = False) -> RunVerdict:
+    """One run under ``policy``, given the durations and load known at its start
+    (``ascending``: the durations are in ascending order)."""
     duration = run.duration
     marks = run.marks()
-    decision = decide(policy, durations, load=load, progress=marks, elapsed=duration)
+    decision = decide(policy, durations, load=load, progress=marks, elapsed=duration,
+                      ascending=ascending)
     timeout_at = decision.timeout if decision.timeout < duration else None
     stall_at = first_stall(policy.stall_window, marks, duration)
     killed_at: float | None = None
@@ -172,5 +175,6 @@ def replay(history: Iterable[NodeRun], policy: Policy) -> ReplayResult:
                 bisect.insort(known.setdefault(ended.key, []), ended.duration)
         load = run.load if run.load is not None else float(len(in_flight))
         heapq.heappush(in_flight, (run.ended, index))
-        verdicts.append(judge(policy, run, known.get(run.key, []), load))
+        # (each node's durations are kept in order: insort above)
+        verdicts.append(judge(policy, run, known.get(run.key, []), load, ascending=True))
     return ReplayResult(policy=policy, verdicts=tuple(verdicts))

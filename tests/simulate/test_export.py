@@ -94,7 +94,14 @@ def test_hand_written_lines_may_give_durations_only() -> None:
     ('{"task_id": "t", "dag": "d", "node": "n", "started": 1, "ended": 3, "duration": 1, '
      '"outcome": "failed"}', "h.jsonl:2: field 'duration': 1 does not match"),
     ('{"task_id": "t", "dag": "d", "node": "n", "started": "x", "duration": 1, '
-     '"outcome": "failed"}', "h.jsonl:2: field 'started': must be a number, got 'x'"),
+     '"outcome": "failed"}', "h.jsonl:2: field 'started': must be a finite number, got 'x'"),
+    ('{"task_id": "t", "dag": "d", "node": "n", "started": 1' + "0" * 400 + ', '
+     '"duration": 1, "outcome": "failed"}',
+     "h.jsonl:2: field 'started': must be a finite number, got 100000000000000000000000000"),
+    ('{"task_id": "t", "dag": "d", "node": "n", "started": 1, "duration": 1, '
+     '"outcome": ["failed"]}', "h.jsonl:2: field 'outcome': must be one of succeeded"),
+    ('{"task_id": "t", "dag": "d", "node": "n", "started": 1, "duration": 1, '
+     '"outcome": 3}', "h.jsonl:2: field 'outcome': must be one of succeeded"),
     ('{"dag": "d", "node": "n", "started": 1, "duration": 1, "outcome": "failed"}',
      "h.jsonl:2: field 'task_id': must be a non-empty string"),
 ])

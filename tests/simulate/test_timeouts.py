@@ -135,6 +135,13 @@ stall_window: 120
      "policy.yaml: field 'load[0]': must be a mapping with 'at' and 'factor'"),
     ("- just\n- a list\n", "policy.yaml: a policy must be a mapping of fields, got list"),
     ("kind: fixed\ntimeout: [5\n", "policy.yaml:3: not valid YAML"),
+    # An integer past a float is refused by name, not an OverflowError.
+    (f"kind: fixed\ntimeout: 1{'0' * 400}\n", "policy.yaml: field 'timeout': must be a "
+                                             "number of seconds, got 10000000000000000"),
+    (f"kind: adaptive\nfallback: 5\nload: [{{at: 1{'0' * 400}, factor: 1}}]\n",
+     "policy.yaml: field 'load[0].at': must be a number ≥ 0, got 100000000000000"),
+    (f"kind: percentile\nfallback: 5\npercentile: 1{'0' * 400}\n",
+     "policy.yaml: field 'percentile': must be between 0 and 100, got 1000000000"),
 ])
 def test_policy_errors_name_file_and_field(text: str, message: str) -> None:
     with pytest.raises(PolicyError) as info:
