@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import stat
 import sys
 from collections import Counter
 from collections.abc import Sequence
@@ -14,7 +13,13 @@ from typing import Any
 from axengine.config import AxConfig
 from axengine.engine import Event, TaskView
 from axengine.errors import AxError, InputError
-from axengine.limits import MAX_JSON_BYTES, parse_json_text
+from axengine.limits import (
+    MAX_JSON_BYTES,
+    FileTooLarge,
+    NotRegularFile,
+    parse_json_text,
+    read_regular,
+)
 
 __all__ = [
     "EXIT_FAILED",
@@ -99,26 +104,23 @@ def key_value_pairs(values: Sequence[str], what: str) -> dict[str, str]:
 
 
 def read_text_file(path: str | Path, what: str, *, max_bytes: int = MAX_JSON_BYTES) -> str:
-    """The UTF-8 text of the regular file ``path``, named by option ``what``.
-
-    Opened without blocking and checked before anything is read, so a FIFO (which would
-    wait for a writer for ever) or a device such as ``/dev/zero`` (which never ends) is
-    refused, and at most ``max_bytes`` + 1 bytes are read whatever the file grows to.
+    """The UTF-8 text of the regular file ``path``, named by option ``what``: read by
+    :func:`axengine.limits.read_regular` (a FIFO or a device is refused, at most
+    ``max_bytes`` + 1 bytes are read).
 
     Raises:
         InputError: The file cannot be opened, is not a regular file, is larger than
             ``max_bytes`` or is not UTF-8 text; the message names ``what`` and ``path``.
     """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        data = read_regular(path, max_bytes)
     except OSError as exc:
         raise InputError(f"{what}: cannot read {path}: {exc.strerror or exc}") from None
-    with open(fd, "rb") as file:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise InputError(f"{what}: {path} is not a regular file")
-        data = file.read(max_bytes + 1)
-    if len(data) > max_bytes:
-        raise InputError(f"{what}: {path} is larger than the limit of {max_bytes} bytes")
+    except NotRegularFile:
+        raise InputError(f"{what}: {path} is not a regular file") from None
+    except FileTooLarge:
+        raise InputError(f"{what}: {path} is larger than the limit of {max_bytes} bytes"
+                         ) from None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
