@@ -122,6 +122,21 @@ def test_a_label_the_engine_would_refuse_is_refused_before_any_task_line(
     assert "running" not in out + err  # no task line for a task that was never made
 
 
+def test_a_refused_input_names_no_task_and_a_run_prints_its_task_line_first(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert ax(["run", str(ROOT / "dags" / "report_digest.yaml"), "--home", str(tmp_path),
+               "--input", "{}"]) != 0
+    out, err = capsys.readouterr()
+    assert "'pdf_url' is a required property" in err
+    assert "t-" not in out + err  # no task line for a task that was never made
+    # A run's task line comes before the events of its submit (held until it is made).
+    ax(["run", str(ROOT / "dags" / "financial_risk_assessment.yaml"), "--home",
+        str(tmp_path)])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("task t-") and "running financial_risk_assessment" in lines[0]
+    assert "submitted" in lines[1]
+
+
 def test_graph_of_a_directory_explains_one_dag_per_graph(
         capsys: pytest.CaptureFixture[str]) -> None:
     assert ax(["graph", str(ROOT / "dags")]) == 2

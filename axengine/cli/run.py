@@ -13,7 +13,7 @@ import secrets
 import signal
 import sys
 import time
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Coroutine, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from axengine.cli._common import (
@@ -209,13 +209,18 @@ async def _run(args: argparse.Namespace, printer: _Printer, dag: Any, task_input
                         f"from {redact_url(config.resolved_store_url)}")
         else:
             wanted = f"t-{secrets.token_hex(8)}"
-            printer.say(f"task {wanted}: running {dag.name} ({len(dag.nodes)} nodes) — "
-                        f"state in {redact_url(config.resolved_store_url)}")
             printer.task_id = wanted
-            task_id = await session.submit(dag, task_input, labels=labels, task_id=wanted,
-                                           idempotency_key=args.idempotency_key)
-            if task_id != wanted:
-                printer.say(f"idempotency key {args.idempotency_key!r} names task {task_id}")
+            # The submit's own events (it may claim the first node) wait for the task
+            # line, which waits for the submit: a refused submit names no task.
+            with printer.holding():
+                task_id = await session.submit(dag, task_input, labels=labels,
+                                               task_id=wanted,
+                                               idempotency_key=args.idempotency_key)
+                printer.say(f"task {task_id}: running {dag.name} ({len(dag.nodes)} nodes) — "
+                            f"state in {redact_url(config.resolved_store_url)}")
+                if task_id != wanted:
+                    printer.say(f"idempotency key {args.idempotency_key!r} names task "
+                                f"{task_id}")
         printer.task_id = task_id
         on_gate = _prompt_gate if sys.stdin.isatty() and not args.json else None
         result = await _unless_stopped(printer, session.wait(
@@ -276,6 +281,8 @@ class _Printer:
         self.quiet = quiet
         self.t0 = t0
         self.task_id = ""
+        #: Event lines kept while :meth:`holding`.
+        self._held: list[str] | None = None
         #: Set by the first Ctrl-C.
         self.stop = asyncio.Event()
 
@@ -283,12 +290,29 @@ class _Printer:
         if not self.quiet:
             print(text, flush=True)
 
+    @contextlib.contextmanager
+    def holding(self) -> Iterator[None]:
+        """Keep the events of the block to print when it ends (dropped if it fails)."""
+        self._held = []
+        try:
+            yield
+        except BaseException:
+            self._held = None
+            raise
+        held, self._held = self._held, None
+        for line in held:
+            print(line, flush=True)
+
     def __call__(self, task: TaskRecord, events: Sequence[Event]) -> None:
         if self.quiet or (self.task_id and task.task_id != self.task_id):
             return
         for event in events:
             if event.kind != "progress" or len(event.detail) < 60:
-                print(format_event(event, self.t0), flush=True)
+                line = format_event(event, self.t0)
+                if self._held is not None:
+                    self._held.append(line)
+                else:
+                    print(line, flush=True)
 
 
 #: Lines of a gate's input shown at the prompt (the rest: ``ax tasks show --json``).
