@@ -15,6 +15,7 @@ decisions that depend on several nodes (joins, skip propagation, task status).
 from __future__ import annotations
 
 import hashlib
+import logging
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -28,7 +29,7 @@ from axengine.dag import SCOPE, Dag, Node, is_item, is_visit
 from axengine.engine import _expand, _stall
 from axengine.engine._ramp import Ramp, Waiter, dependency_of
 from axengine.engine._refs import expression_refs, guard_refs, literal_params, named, param_refs
-from axengine.engine._view import View
+from axengine.engine._view import Need, View
 from axengine.errors import Conflict, Forbidden, InputError, TemplateError
 from axengine.limits import canonical_bytes, canonical_json
 from axengine.records import (
@@ -70,6 +71,8 @@ __all__ = [
     "plan_submit",
     "sha256_json",
 ]
+
+log = logging.getLogger(__name__)
 
 #: States whose outgoing edges are decided (``next_hops`` is final).
 DECIDED_STATES = frozenset({NodeState.SUCCEEDED, NodeState.FAILED, NodeState.SKIPPED})
@@ -217,6 +220,9 @@ class _Builder:
         self.ids = ids
         self.actor = actor
         self.plan = Plan(result="committed")
+        #: While nodes are readied (innermost last): each snapshot's write before the
+        #: readying (None: none), to undo a readying that failed.
+        self._undo: list[dict[str, Snapshot | None]] = []
 
     def snap(self, node_id: str) -> Snapshot:
         return self.plan.writes.get(node_id) or self.view.snap(node_id)
@@ -225,6 +231,8 @@ class _Builder:
         # A rule that made the snapshot with ``last_updated=b.now`` saves a copy here.
         if snap.last_updated != self.now:
             snap = replace(snap, last_updated=self.now)
+        if self._undo:
+            self._undo[-1].setdefault(snap.node_id, self.plan.writes.get(snap.node_id))
         self.plan.writes[snap.node_id] = snap
 
     def event(self, kind: str, snap: Snapshot | None = None, detail: str = "") -> None:
@@ -368,7 +376,7 @@ class _Builder:
                 continue
             # (A sub-DAG's first nodes start with their dag node, which marks them reached.)
             if snap.reached or (not dag.predecessors[nid] and SCOPE not in nid):
-                work.extend((True, n) for n in self.ready(node))
+                work.extend((True, n) for n in self._ready_or_fail(node))
             else:
                 skipped = replace(
                     snap, state=NodeState.SKIPPED, finished_at=self.now,
@@ -377,6 +385,39 @@ class _Builder:
                 self.write(skipped)
                 self.event("skipped", skipped, "no taken edge leads here")
                 work.append((True, nid))
+
+    def _ready_or_fail(self, node: Node) -> list[str]:
+        """:meth:`ready`, with a safety net. Every error of a DAG or its data is caught
+        where it arises and fails its node; an error that escapes is a bug of ax. It
+        fails the node too, with what the readying wrote undone, instead of the
+        transition that readied it: that one would fail on every retry, until its own
+        node was DEAD for what another node's readying did."""
+        plan = self.plan
+        events, enqueue = len(plan.events), len(plan.enqueue)
+        ramps, durations = dict(plan.ramps), dict(plan.durations)
+        self._undo.append({})
+        try:
+            decided = self.ready(node)
+        except Need:
+            raise  # (the rule is decided again once the view holds what it needs)
+        except Exception as exc:
+            for nid, before in self._undo.pop().items():
+                if before is None:
+                    del plan.writes[nid]
+                else:
+                    plan.writes[nid] = before
+            del plan.events[events:], plan.enqueue[enqueue:]
+            plan.ramps, plan.durations = ramps, durations
+            log.exception("task %s: readying node %s failed (a bug of ax; the node fails)",
+                          self.view.task.task_id, node.id)
+            return self.failure(node, self.snap(node.id),
+                                f"ax could not ready this node ({type(exc).__name__}: "
+                                f"{exc}): a bug of ax, please report it", retryable=False)
+        done = self._undo.pop()
+        if self._undo:  # an outer readying undoes this one's writes too
+            for nid, before in done.items():
+                self._undo[-1].setdefault(nid, before)
+        return decided
 
     def ready(self, node: Node) -> list[str]:
         """Make ``node`` runnable. Returns the nodes decided on the spot (a condition
