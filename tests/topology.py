@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.servers import ETCD_MAX_TXN_OPS, Server, free_port, start_etcd, start_redis
+from tests.servers import ETCD_MAX_TXN_OPS, Server, start_etcd, start_redis
 
 __all__ = [
     "REPO",
@@ -300,9 +300,16 @@ class Topology:
         self._write_tokens()
         self.etcd = start_etcd()
         self.redis = start_redis()
-        self.http_port, self.grpc_port = free_port(), free_port()
+        # The API binds ports of its own choosing (0) and says which: a port found free
+        # beforehand may be taken by another test before the API binds it. A restart
+        # binds the same ones again (the executors are pointed at them).
+        self.http_port = self.grpc_port = 0
         self.api = Proc("ax-api", self._api_argv(), self._env(), self.logs / "api.log")
         self.start_api()
+        output = self.api.output()
+        self.http_port = int(re.findall(r"^ax: http listening on \S+:(\d+)$", output, re.M)[-1])
+        self.grpc_port = int(re.findall(r"^ax: grpc listening on \S+:(\d+)$", output, re.M)[-1])
+        self.api.argv = self._api_argv()
         for _ in range(self.n_executors):
             self.add_executor(start=False)
         for i in range(self.n_executors):
