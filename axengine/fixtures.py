@@ -222,7 +222,7 @@ def _kind(value: Any) -> str:
     if value is None:
         return "null"
     if isinstance(value, bool):
-        return f"{str(value).lower()}"
+        return str(value).lower()
     return {str: "a string", int: "an integer", float: "a number", list: "a list",
             dict: "an object"}.get(type(value), type(value).__name__)
 
@@ -230,8 +230,9 @@ def _kind(value: Any) -> str:
 def _check_records(data: Mapping[str, Any], source: str) -> None:
     """Check the records of a fixture field by field against the record types (what
     restore builds from them), then that they fit together: one task, whose id the
-    snapshots and events repeat; a snapshot for every node of the recorded DAG and
-    for nothing else; a DAG that matches its hash. Values are inlined in a fixture, so
+    snapshots and events repeat; a snapshot for every node of the recorded DAG, and
+    beyond those only for node instances (map items, kept visits); a DAG that matches
+    its hash. Values are inlined in a fixture, so
     a blob reference is refused too (restoring one would point at another store).
 
     Raises:
@@ -280,7 +281,7 @@ def _check_records(data: Mapping[str, Any], source: str) -> None:
         if raw["task_id"] != task_id:
             raise InputError(f"{where(at + '.task_id')} is {raw['task_id']!r}, not the "
                              f"task's id {task_id!r}")
-        problem = _instance_problem(dag, node, raw.get("state", NodeState.PENDING.value))
+        problem = _instance_problem(dag, node, raw["state"])
         if problem:
             raise InputError(f"{where(at + '.node_id')}: {problem}")
         if node in seen:
