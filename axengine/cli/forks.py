@@ -110,8 +110,6 @@ def cmd_fork(args: argparse.Namespace) -> int:
                                                      output=output, by=by))
     except (NotFound, InputError, Conflict) as exc:
         return fail(str(exc), EXIT_FAILED)
-    except AxError as exc:
-        return fail(str(exc))
     _forked(args, fork, f" --home {args.home}" if args.home else "")
     return EXIT_OK
 

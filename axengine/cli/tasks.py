@@ -277,8 +277,6 @@ def cmd_retry(args: argparse.Namespace) -> int:
                                             by=by))
     except (NotFound, InputError, Conflict) as exc:
         return fail(str(exc), EXIT_FAILED)
-    except AxError as exc:
-        return fail(str(exc))
     home = f" --home {args.home}" if args.home else ""
     print(f"task {args.task}: {args.from_node} and what follows it will run again; "
           f"continue with: ax run --resume {args.task}{home}")
