@@ -30,6 +30,8 @@ from typing import Any
 
 from axengine.config import AxConfig
 from axengine.dag import Dag
+from axengine.errors import InputError
+from axengine.limits import canonical_json
 from axengine.local import LocalSession, RunResult, load_any_dag
 from axengine.lru import DAG_CACHE_ENTRIES, Lru
 
@@ -84,12 +86,15 @@ class AsyncEmbedded:
     """An embedded engine kept open for many runs (``async with ax.aopen(...)``).
 
     The store, the in-process executor and the reconciler start once; a DAG file is
-    read and validated once (again when the file changes).
+    read and validated once (again when the file changes), a DAG mapping once per
+    content (again when it is changed).
     """
 
     def __init__(self, home: str | Path | None = None, *, concurrency: int = 4) -> None:
         self._session = LocalSession(_config(home), concurrency=concurrency)
-        self._dags: Lru[tuple[str, int, int], Dag] = Lru(DAG_CACHE_ENTRIES)
+        #: Validated DAGs by ``(path, mtime_ns, size)`` of their file or by the
+        #: canonical JSON of their mapping.
+        self._dags: Lru[tuple[str, int, int] | str, Dag] = Lru(DAG_CACHE_ENTRIES)
         self._open = False
 
     async def __aenter__(self) -> AsyncEmbedded:
@@ -108,14 +113,21 @@ class AsyncEmbedded:
             await self._session.__aexit__(None, None, None)
 
     def _dag(self, dag: DagLike) -> Dag:
-        if not isinstance(dag, str | Path):
-            return load_any_dag(dag)
-        path = os.fspath(dag)
-        try:
-            st = os.stat(path)
-        except OSError:
-            return load_any_dag(dag)  # the loader's error names the file
-        key = (os.path.abspath(path), st.st_mtime_ns, st.st_size)
+        key: tuple[str, int, int] | str
+        if isinstance(dag, Dag):
+            return dag
+        if isinstance(dag, Mapping):
+            try:
+                key = canonical_json(dag)
+            except InputError:
+                return load_any_dag(dag)  # the loader's error names the field
+        else:
+            path = os.fspath(dag)
+            try:
+                st = os.stat(path)
+            except OSError:
+                return load_any_dag(dag)  # the loader's error names the file
+            key = (os.path.abspath(path), st.st_mtime_ns, st.st_size)
         found = self._dags.get(key)
         if found is None:
             found = load_any_dag(dag)

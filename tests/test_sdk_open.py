@@ -13,6 +13,7 @@ import pytest
 
 import axengine as ax
 from axengine import sdk
+from axengine.errors import DagError
 from axengine.queue import InProcessQueue, WorkItem
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,6 +63,26 @@ def test_one_engine_runs_many_tasks_and_reads_a_dag_file_once(
     # The runs are durable: a one-shot run on the same home sees the same store.
     again = ax.resume(results[0].task_id, home=tmp_path / "home")
     assert again.status == "SUCCEEDED" and again.task_id == results[0].task_id
+
+
+def test_a_dag_mapping_is_validated_once_per_content(
+        tmp_path: Path, counted_loads: list[Any]) -> None:
+    dag = json.loads(json.dumps(GATED))
+    with ax.open(home=tmp_path / "home") as engine:
+        runs = [engine.run(dag, decide={"review": "approve"}) for _ in range(3)]
+        assert [r.status for r in runs] == ["SUCCEEDED"] * 3
+        assert len(counted_loads) == 1, "the mapping was validated again for every run"
+        # An equal mapping built anew is the same DAG; a changed one is validated again.
+        assert engine.run(json.loads(json.dumps(GATED)), decide={"review": "approve"}).ok
+        assert len(counted_loads) == 1
+        dag["nodes"]["done"]["input"] = {"ok": False}
+        changed = engine.run(dag, decide={"review": "approve"})
+        assert changed.outputs["done"] == {"ok": False} and len(counted_loads) == 2
+        # A mapping the loader refuses is refused on every run, naming the problem.
+        dag["nodes"]["done"]["type"] = "nonsense"
+        for _ in range(2):
+            with pytest.raises(DagError, match="nonsense"):
+                engine.run(dag)
 
 
 def test_the_async_engine_runs_tasks_concurrently(tmp_path: Path) -> None:
