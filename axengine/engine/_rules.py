@@ -395,28 +395,34 @@ class _Builder:
         plan = self.plan
         events, enqueue = len(plan.events), len(plan.enqueue)
         ramps, durations = dict(plan.ramps), dict(plan.durations)
-        self._undo.append({})
+        undo: dict[str, Snapshot | None] = {}
+        self._undo.append(undo)
         try:
             decided = self.ready(node)
         except Need:
             raise  # (the rule is decided again once the view holds what it needs)
         except Exception as exc:
-            for nid, before in self._undo.pop().items():
+            for nid, before in undo.items():
                 if before is None:
                     del plan.writes[nid]
                 else:
                     plan.writes[nid] = before
             del plan.events[events:], plan.enqueue[enqueue:]
             plan.ramps, plan.durations = ramps, durations
+            undo.clear()
             log.exception("task %s: readying node %s failed (a bug of ax; the node fails)",
                           self.view.task.task_id, node.id)
-            return self.failure(node, self.snap(node.id),
-                                f"ax could not ready this node ({type(exc).__name__}: "
-                                f"{exc}): a bug of ax, please report it", retryable=False)
-        done = self._undo.pop()
-        if self._undo:  # an outer readying undoes this one's writes too
-            for nid, before in done.items():
-                self._undo[-1].setdefault(nid, before)
+            decided, why = [], (f"ax could not ready this node ({type(exc).__name__}: "
+                                f"{exc}): a bug of ax, please report it")
+        else:
+            why = ""
+        finally:
+            self._undo.pop()
+            if self._undo:  # an outer readying undoes this one's writes too
+                for nid, before in undo.items():
+                    self._undo[-1].setdefault(nid, before)
+        if why:
+            return self.failure(node, self.snap(node.id), why, retryable=False)
         return decided
 
     def ready(self, node: Node) -> list[str]:
