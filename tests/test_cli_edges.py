@@ -352,3 +352,33 @@ def test_a_home_that_is_a_file_is_one_line(tmp_path: Path, command: list[str],
                    f"{home} is not a directory\n")
     assert out == ""  # (no line about a task that was never created)
     assert home.read_text() == "not a directory"
+
+
+@pytest.mark.parametrize("command", [["tasks", "show"], ["cancel"], ["tasks", "list", "--dag"],
+                                     ["snapshot", "export"]])
+def test_an_argument_that_is_not_utf8_is_one_line(
+        tmp_path: Path, command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    # What Python makes of the byte 0xff in argv (surrogateescape).
+    bad = os.fsdecode(b"\xff")
+    assert ax([*command, bad, "--home", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == ("ax: error: argument '\\udcff' is not UTF-8 text: task "
+                                       "ids, node ids, names and labels are\n")
+
+
+def test_a_file_name_that_is_not_utf8_still_names_its_file(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = os.fsdecode(bytes(tmp_path) + b"/caf\xe9.yaml")
+    Path(path).write_text("name: x\nnodes:\n  a: {type: tool_call, tool: echo}\n")
+    assert ax(["validate", path, "--format", "json"]) == 0  # (JSON escapes the name)
+    assert ax(["graph", path]) == 0
+    assert "tool_call: echo" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command", [["validate"], ["graph"]])
+def test_a_name_too_long_for_the_system_is_one_line(
+        command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    name = "d" * 5000
+    assert ax([*command, name]) == 1
+    out, err = capsys.readouterr()
+    said = out if command == ["validate"] else err  # (validate reports on stdout)
+    assert said == f"{name}: cannot read the file: File name too long\n", said[-200:]

@@ -80,6 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``ax`` console script; returns the exit code."""
     parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
@@ -98,8 +99,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         # one line, as every other refusal, not a traceback.
         print(f"ax: error: {exc}", file=sys.stderr)
         return 1
+    except UnicodeEncodeError:
+        # Bytes that are not UTF-8 in an argument (the shell passes them on; Python keeps
+        # them as lone surrogates) fit a file name, never a task, node or DAG name.
+        bad = next((a for a in argv if not _is_utf8(a)), None)
+        if bad is None:
+            raise
+        print(f"ax: error: argument {ascii(bad)[:80]} is not UTF-8 text: task ids, node "
+              "ids, names and labels are", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
     finally:
         use_config_file(None)
+
+
+def _is_utf8(text: str) -> bool:
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True

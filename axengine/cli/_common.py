@@ -127,6 +127,15 @@ def read_text_file(path: str | Path, what: str, *, max_bytes: int = MAX_JSON_BYT
         raise InputError(f"{what}: {path} is not UTF-8 text") from None
 
 
+def is_directory(path: Path) -> bool:
+    """``path.is_dir()``, but False for a path the system refuses outright (a name too
+    long, say): reading it then says what is wrong, where ``is_dir`` would raise."""
+    try:
+        return path.is_dir()
+    except OSError:
+        return False
+
+
 def parse_json_arg(value: str | None, what: str) -> Any:
     """A JSON document given inline or as a path to a file holding it.
 

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from axengine.cli._common import is_directory
 from axengine.cli.tasks import pipe_safe
 from axengine.dag import load_dag, to_dot, to_mermaid
 from axengine.errors import DagError
@@ -32,7 +33,7 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Print the graph of ``args.dag``; invalid DAGs print their problems to stderr."""
     path = Path(args.dag)
-    if path.is_dir():
+    if is_directory(path):
         found = sorted(p.name for p in path.iterdir()
                        if p.suffix in (".yaml", ".yml") and p.is_file())
         listed = ", ".join(found[:5]) + (", …" if len(found) > 5 else "")

@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from axengine.cli._common import is_directory
 from axengine.cli._junit import Case, junit_xml
 from axengine.cli.tasks import pipe_safe
 from axengine.dag import load_dag
@@ -48,7 +49,7 @@ def _expand(paths: list[str]) -> tuple[list[str], list[DagProblem]]:
     problems: list[DagProblem] = []
     for raw in paths:
         path = Path(raw)
-        if path.is_dir():
+        if is_directory(path):
             found = sorted(p for p in path.iterdir() if p.suffix in _SUFFIXES and p.is_file())
             if not found:
                 problems.append(DagProblem("no *.yaml or *.yml files in this directory",
