@@ -27,7 +27,6 @@ import difflib
 import functools
 import hashlib
 import json
-import math
 import os
 import re
 import types
@@ -46,7 +45,9 @@ from axengine.limits import (
     canonical_json,
     check_json_value,
     finite_float,
+    finite_number,
     read_regular,
+    short_repr,
 )
 from axengine.records import BlobRef, NextHop
 
@@ -385,9 +386,10 @@ def _check_value(value: Any, hint: Any, at: str, name: str) -> None:
     elif hint is float:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise InputError(f"{at} must be a number, not {_kind(value)}")
-        if not (math.isfinite(value) and 0 <= value <= MAX_SECONDS):
+        number = finite_number(value)  # (an integer past a float: None, not an error)
+        if number is None or not 0 <= number <= MAX_SECONDS:
             raise InputError(f"{at} must be a number of seconds from 0 to {MAX_SECONDS:.0f} "
-                             f"(the year 9999), not {value!r}")
+                             f"(the year 9999), not {short_repr(value)}")
     elif origin is tuple:
         if not isinstance(value, list):
             raise InputError(f"{at} must be a list, not {_kind(value)}")

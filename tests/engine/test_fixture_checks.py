@@ -82,6 +82,8 @@ def test_every_typed_event_field_is_checked(name: str, kind: str) -> None:
     (("task", "deadline"), 1e300, f"task.deadline must be a number of seconds from 0 to "
                                   f"{MAX_SECONDS:.0f}"),
     (("task", "created_at"), -1, "task.created_at must be a number of seconds"),
+    (("task", "created_at"), 10**400, "task.created_at must be a number of seconds from 0 "
+                                      "to 253402300799 (the year 9999), not 1000000000"),
     (("task", "counts"), {"SUCCEEDED": "2"}, "task.counts.SUCCEEDED must be an integer"),
     (("task", "labels"), {"team": 3}, "task.labels.team must be a string"),
     (("task", "labels"), [], "task.labels must be an object, not a list"),
