@@ -46,6 +46,7 @@ from axengine.limits import (
     check_json_value,
     finite_float,
     finite_number,
+    is_utf8,
     read_regular,
     short_repr,
 )
@@ -233,8 +234,8 @@ def _check_records(data: Mapping[str, Any], source: str) -> None:
     restore builds from them), then that they fit together: one task, whose id the
     snapshots and events repeat; a snapshot for every node of the recorded DAG, and
     beyond those only for node instances (map items, kept visits); a DAG that matches
-    its hash. Values are inlined in a fixture, so
-    a blob reference is refused too (restoring one would point at another store).
+    its hash. Values are inlined in a fixture, so a blob reference is refused too
+    (restoring one would point at another store).
 
     Raises:
         InputError: The first problem, named by its place in the fixture
@@ -374,10 +375,8 @@ def _check_value(value: Any, hint: Any, at: str, name: str) -> None:
     elif hint is str:
         if not isinstance(value, str):
             raise InputError(f"{at} must be a string, not {_kind(value)}")
-        try:
-            value.encode()
-        except UnicodeEncodeError:
-            raise InputError(f"{at} holds a lone surrogate (not valid Unicode text)") from None
+        if not is_utf8(value):
+            raise InputError(f"{at} holds a lone surrogate (not valid Unicode text)")
     elif hint is bool:
         if not isinstance(value, bool):
             raise InputError(f"{at} must be true or false, not {_kind(value)}")
@@ -413,9 +412,8 @@ def _check_int(value: Any, at: str, name: str) -> None:
     top = _INT64 if name in _INT64_FIELDS else _INT32
     low = -top - 1 if name in _SIGNED_FIELDS else 0
     if not low <= value <= top:
-        bits = value.bit_length()
-        shown = str(value) if bits < 128 else f"an integer of {bits} bits"
-        raise InputError(f"{at} must be an integer from {low} to {top}, not {shown}")
+        raise InputError(f"{at} must be an integer from {low} to {top}, not "
+                         f"{short_repr(value)}")
 
 
 def fixture_snapshots(fixture: Mapping[str, Any]) -> dict[str, Snapshot]:

@@ -50,6 +50,7 @@ __all__ = [
     "check_labels",
     "finite_float",
     "finite_number",
+    "is_utf8",
     "json_depth",
     "parse_json_text",
     "past_int_digits",
@@ -238,9 +239,25 @@ def finite_number(value: Any) -> float | None:
 
 def short_repr(value: Any, limit: int = 40) -> str:
     """``repr(value)`` cut to ``limit`` characters, for a message quoting a bad value
-    (a 400-digit number need not fill the screen)."""
-    text = repr(value)
+    (a 400-digit number need not fill the screen; one past Python's digit limit, which
+    ``repr`` refuses, is named by its size)."""
+    try:
+        text = repr(value)
+    except ValueError as exc:
+        if not (isinstance(value, int) and past_int_digits(exc)):
+            raise
+        return f"an integer of {value.bit_length()} bits"
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def is_utf8(text: str) -> bool:
+    """Whether ``text`` can be written as UTF-8: not if it holds a lone surrogate (a
+    JSON escape such as ``"\\ud800"``, or bytes that were not UTF-8 in a command line)."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def json_depth(value: Any) -> int:

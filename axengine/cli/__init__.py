@@ -33,6 +33,7 @@ from axengine.cli import (
     validate,
 )
 from axengine.errors import AxError
+from axengine.limits import is_utf8
 from axengine.settings import CONFIG_ENV, SettingsError, use_config_file
 
 __all__ = ["main"]
@@ -102,7 +103,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UnicodeEncodeError:
         # Bytes that are not UTF-8 in an argument (the shell passes them on; Python keeps
         # them as lone surrogates) fit a file name, never a task, node or DAG name.
-        bad = next((a for a in argv if not _is_utf8(a)), None)
+        bad = next((a for a in argv if not is_utf8(a)), None)
         if bad is None:
             raise
         print(f"ax: error: argument {ascii(bad)[:80]} is not UTF-8 text: task ids, node "
@@ -113,11 +114,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 130
     finally:
         use_config_file(None)
-
-
-def _is_utf8(text: str) -> bool:
-    try:
-        text.encode()
-    except UnicodeEncodeError:
-        return False
-    return True
