@@ -391,10 +391,11 @@ class _Builder:
         where it arises and fails its node; an error that escapes is a bug of ax. It
         fails the node too, with what the readying wrote undone, instead of the
         transition that readied it: that one would fail on every retry, until its own
-        node was DEAD for what another node's readying did."""
+        node was DEAD for what another node's readying did. A readying writes snapshots,
+        events and queue entries (ramps and durations are the claim's and the
+        completion's, outside it): those are undone."""
         plan = self.plan
         events, enqueue = len(plan.events), len(plan.enqueue)
-        ramps, durations = dict(plan.ramps), dict(plan.durations)
         undo: dict[str, Snapshot | None] = {}
         self._undo.append(undo)
         try:
@@ -408,7 +409,6 @@ class _Builder:
                 else:
                     plan.writes[nid] = before
             del plan.events[events:], plan.enqueue[enqueue:]
-            plan.ramps, plan.durations = ramps, durations
             undo.clear()
             log.exception("task %s: readying node %s failed (a bug of ax; the node fails)",
                           self.view.task.task_id, node.id)
