@@ -36,9 +36,9 @@ from dataclasses import MISSING, asdict, is_dataclass, replace
 from enum import Enum
 from typing import Any
 
-from axengine.dag import Dag
+from axengine.dag import Dag, load_dag_mapping
 from axengine.engine import Engine, Event, NodeState, Snapshot, TaskRecord, TaskStatus
-from axengine.errors import InputError
+from axengine.errors import DagError, InputError
 from axengine.limits import (
     FileTooLarge,
     NotRegularFile,
@@ -264,12 +264,18 @@ def _check_records(data: Mapping[str, Any], source: str) -> None:
     except (KeyError, TypeError, ValueError, AttributeError, RecursionError) as exc:
         raise InputError(f"{where('dag')} is not a DAG as ax stores it ({_short(exc)}); "
                          "export the task again") from None
+    except InputError as exc:  # (text that is not Unicode: it has no hash)
+        raise InputError(f"{where('dag')}: {exc}") from None
     if dag_hash != data["dag_hash"]:
         raise InputError(f"{source}: the fixture's DAG does not match its recorded hash "
                          "(was the fixture edited by hand? export the task again)")
     if task["dag_hash"] != dag_hash:
         raise InputError(f"{where('task.dag_hash')} is {task['dag_hash']!r}, not the "
                          f"fixture's DAG ({dag_hash})")
+    _check_dag(data["dag"], where("dag"))
+    if task["dag_name"] != dag.name:
+        raise InputError(f"{where('task.dag_name')} is {task['dag_name']!r}, not the "
+                         f"fixture's DAG ({dag.name!r})")
     seen: set[str] = set()
     for i, raw in enumerate(data["snapshots"]):
         node = raw.get("node_id") if isinstance(raw, dict) else None
@@ -289,6 +295,9 @@ def _check_records(data: Mapping[str, Any], source: str) -> None:
         if node in seen:
             raise InputError(f"{where(at + '.node_id')}: node {node!r} has two snapshots")
         seen.add(node)
+        problem = _hops_problem(dag, node, raw.get("next_hops", ()))
+        if problem:
+            raise InputError(f"{where(at + '.next_hops')}: {problem}")
         for ref in ("input_ref", "output_ref"):
             if raw.get(ref) is not None:
                 raise InputError(f"{where(f'{at}.{ref}')}: a fixture holds values inline, "
@@ -312,6 +321,44 @@ def _check_records(data: Mapping[str, Any], source: str) -> None:
             raise InputError(f"{where(at + '.event_id')}: {raw['event_id']!r} is "
                              f"{'empty' if not raw['event_id'] else 'not unique'}")
         event_ids.add(raw["event_id"])
+
+
+#: Validation rules a DAG stored by an earlier ax may break: it was valid when stored,
+#: and the engine keeps running it as it ran then (see ``_rules._legacy_prompt``).
+_STORED_FORMS = frozenset({"ambiguous-input"})
+
+
+def _check_dag(raw: Mapping[str, Any], at: str) -> None:
+    """The fixture's DAG must be one ax would accept, as it was stored: its hash
+    matching proves only that whoever edited it also recomputed the hash.
+
+    Raises:
+        InputError: The first problem ``ax validate`` finds in it, named by node and
+            field (``ax.fixture.json: dag: node 'a': edge target 'b' ...``).
+    """
+    try:
+        load_dag_mapping(raw, file=at)
+    except DagError as exc:
+        new = [p for p in exc.problems if p.code not in _STORED_FORMS]
+        if new:
+            more = f" (and {len(new) - 1} more)" if len(new) > 1 else ""
+            raise InputError(f"{new[0].format()}{more}; export the task again") from None
+
+
+def _hops_problem(dag: Dag, node_id: str, hops: Sequence[Mapping[str, Any]]) -> str | None:
+    """Why a snapshot's decided edges are not edges of its node (None: they are): each
+    names one of the node's targets, once."""
+    node = dag.node(node_id)
+    targets = {edge.target for edge in node.next} | {node.on_failure} - {None}
+    seen: set[str] = set()
+    for hop in hops:
+        target = hop["target_node_id"]
+        if target not in targets:
+            return f"{node_id} has no edge to {target!r}"
+        if target in seen:
+            return f"the edge {node_id} -> {target} is decided twice"
+        seen.add(target)
+    return None
 
 
 def _instance_problem(dag: Dag, node_id: str, state: str) -> str | None:

@@ -296,6 +296,10 @@ class DagBuilder:
         if "name" not in tree:
             self.problem("missing-field", "missing `name`", _top_line(tree), field="name",
                          hint="add `name: my_dag` (letters, digits, _ . -)")
+        elif tree["name"] is None:
+            self.problem("bad-value", "`name` is empty", _key_line(tree, "name"),
+                         field="name", hint="give it a value: `name: my_dag` (letters, "
+                         "digits, _ . -)")
         elif name is not None and not _DAG_NAME.match(name):
             self.problem("bad-value", f"name {name!r} is not a valid DAG name",
                          _key_line(tree, "name"), field="name",

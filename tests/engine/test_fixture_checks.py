@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from axengine.cli import main as ax_main
-from axengine.errors import InputError
+from axengine.dag import Dag, load_dag_mapping
+from axengine.errors import DagError, InputError
 from axengine.fixtures import MAX_SECONDS, check_fixture, load_fixture
 from axengine.records import Event, Snapshot, TaskRecord
 
@@ -196,3 +197,77 @@ def test_the_commands_print_one_line(tmp_path: Path, capsys: pytest.CaptureFixtu
         assert out.splitlines()[0] == f"FAIL {message}"
     else:
         assert err == f"ax: error: {message}\n"
+
+
+def _dag_edited(edit: Any) -> dict[str, Any]:
+    """The base fixture with its DAG edited and every hash of it recomputed, as someone
+    who knows the format would: only the DAG's own check can refuse it."""
+    def edit_all(data: Any) -> None:
+        edit(data["dag"])
+        data["dag_hash"] = data["task"]["dag_hash"] = Dag.from_canonical(data["dag"]).hash
+
+    return _edited(edit_all)
+
+
+@pytest.mark.parametrize("edit,expected", [
+    (lambda dag: dag["nodes"]["parse_pdf"]["next"].append({"target": "nowhere"}),
+     "f.json: dag: node 'parse_pdf': next[2].target names 'nowhere', which is not a "
+     "node of this DAG"),
+    (lambda dag: dag.__setitem__("name", 1), "f.json: dag: name must be a string, not "),
+    (lambda dag: dag.__setitem__("name", None), "f.json: dag: `name` is empty"),
+    (lambda dag: dag["nodes"].__setitem__("a-b", {"type": "tool_call", "tool": "echo",
+                                                  "next": []}),
+     "f.json: dag: node id 'a-b' is not an identifier"),
+])
+def test_an_edited_dag_with_its_hash_recomputed_is_validated(edit: Any,
+                                                             expected: str) -> None:
+    message = _refused(_dag_edited(edit))
+    assert message.startswith(expected), message
+    assert message.endswith("export the task again"), message
+
+
+def test_a_dag_stored_before_a_newer_rule_still_loads() -> None:
+    # A prompt reading `input` on a node with `input:` was valid before
+    # `ambiguous-input`; the engine keeps running it with its old meaning.
+    def edit(dag: Any) -> None:
+        dag["nodes"]["extract_metrics"]["prompt"] = "Extract the metrics of {{ .input }}"
+
+    data = _dag_edited(edit)
+    problems = [p.code for p in _problems(data["dag"])]
+    assert problems == ["ambiguous-input"]
+    check_fixture(data, "f.json")
+
+
+def _problems(dag: Any) -> list[Any]:
+    try:
+        load_dag_mapping(dag)
+    except DagError as exc:
+        return exc.problems
+    return []
+
+
+def test_the_task_names_its_dag() -> None:
+    data = _edited(lambda d: d["task"].__setitem__("dag_name", "other"))
+    assert _refused(data) == ("f.json: task.dag_name is 'other', not the fixture's DAG "
+                              "('financial_risk_assessment')")
+
+
+def test_a_dag_that_is_not_unicode_is_named() -> None:
+    data = _edited(lambda d: d["dag"].__setitem__("description", "a\udcff"))
+    assert _refused(data).startswith(
+        "f.json: dag: DAG 'financial_risk_assessment' is not valid Unicode text")
+
+
+@pytest.mark.parametrize("hops,expected", [
+    ([{"target_node_id": "log_completion", "is_taken": True}],
+     "f.json: snapshots[0] (node parse_pdf).next_hops: parse_pdf has no edge to "
+     "'log_completion'"),
+    ([{"target_node_id": "extract_metrics", "is_taken": True},
+      {"target_node_id": "extract_metrics", "is_taken": False}],
+     "f.json: snapshots[0] (node parse_pdf).next_hops: the edge parse_pdf -> "
+     "extract_metrics is decided twice"),
+])
+def test_decided_edges_are_edges_of_the_dag(hops: list[Any], expected: str) -> None:
+    assert BASE["snapshots"][0]["node_id"] == "parse_pdf"
+    data = _edited(lambda d: d["snapshots"][0].__setitem__("next_hops", hops))
+    assert _refused(data) == expected
