@@ -249,9 +249,16 @@ def _check_records(data: Mapping[str, Any], source: str) -> None:
         if name in data and not isinstance(data[name], expected):
             raise InputError(f"{where(name)} must be {_kind(expected())}, not "
                              f"{_kind(data[name])}; export the task again")
+    unknown = sorted(str(k) for k in data if k not in _PARTS)
+    if unknown:
+        raise InputError(f"{source}: unknown field {unknown[0]!r} (a fixture holds "
+                         f"{', '.join(_PARTS)}); export the task again")
     for i, path in enumerate(data.get("redacted", ())):
         if not isinstance(path, str):
             raise InputError(f"{where(f'redacted[{i}]')} must be a string, not {_kind(path)}")
+        if not is_utf8(path):
+            raise InputError(f"{where(f'redacted[{i}]')} holds a lone surrogate (not valid "
+                             "Unicode text)")
     task = data["task"]
     _check_record(TaskRecord, task, where("task"))
     task_id = task["task_id"]
@@ -323,6 +330,8 @@ def _check_records(data: Mapping[str, Any], source: str) -> None:
         event_ids.add(raw["event_id"])
 
 
+#: What a fixture holds (what :func:`build_fixture` writes).
+_PARTS = ("version", "dag", "dag_hash", "task", "snapshots", "events", "redacted")
 #: Validation rules a DAG stored by an earlier ax may break: it was valid when stored,
 #: and the engine keeps running it as it ran then (see ``_rules._legacy_prompt``).
 _STORED_FORMS = frozenset({"ambiguous-input"})

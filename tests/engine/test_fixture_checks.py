@@ -271,3 +271,16 @@ def test_decided_edges_are_edges_of_the_dag(hops: list[Any], expected: str) -> N
     assert BASE["snapshots"][0]["node_id"] == "parse_pdf"
     data = _edited(lambda d: d["snapshots"][0].__setitem__("next_hops", hops))
     assert _refused(data) == expected
+
+
+def test_an_unknown_part_is_refused() -> None:
+    data = _edited(lambda d: d.__setitem__("notes", "mine"))
+    assert _refused(data) == ("f.json: unknown field 'notes' (a fixture holds version, dag, "
+                              "dag_hash, task, snapshots, events, redacted); export the task "
+                              "again")
+
+
+def test_a_redacted_path_must_be_text() -> None:
+    data = _edited(lambda d: d.__setitem__("redacted", ["input.\udcff"]))
+    assert _refused(data) == "f.json: redacted[0] holds a lone surrogate (not valid " \
+        "Unicode text)"
