@@ -62,6 +62,7 @@ __all__ = [
     "export_task",
     "fixture_events",
     "fixture_snapshots",
+    "fixture_task",
     "load_fixture",
     "redact_fixture",
     "restore_task",
@@ -475,6 +476,11 @@ def _check_int(value: Any, at: str, name: str) -> None:
 def fixture_snapshots(fixture: Mapping[str, Any]) -> dict[str, Snapshot]:
     """The recorded node snapshots of a fixture, by node id (in recorded order)."""
     return {raw["node_id"]: _snapshot(raw) for raw in fixture["snapshots"]}
+
+
+def fixture_task(fixture: Mapping[str, Any]) -> TaskRecord:
+    """The recorded task record of a fixture."""
+    return _task(fixture["task"])
 
 
 def fixture_events(fixture: Mapping[str, Any]) -> list[Event]:

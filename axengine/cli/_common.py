@@ -175,6 +175,16 @@ def display_path(path: Sequence[str]) -> str:
     return " -> ".join(shown)
 
 
+def duration_text(seconds: float) -> str:
+    """A wait as a person reads it: ``1d 2h 05m``, ``0h 03m``, ``42s``."""
+    if seconds < 60:
+        return f"{max(int(seconds), 0)}s"
+    minutes = int(seconds // 60)
+    days, rest = divmod(minutes, 24 * 60)
+    hours, mins = divmod(rest, 60)
+    return (f"{days}d " if days else "") + f"{hours}h {mins:02d}m"
+
+
 def format_event(event: Event, t0: float) -> str:
     detail = f"  {event.detail}" if event.detail else ""
     attempt = f" #{event.attempt}" if event.kind == "claimed" else ""

@@ -23,6 +23,7 @@ from axengine.cli._common import (
     add_home,
     config_of,
     display_path,
+    duration_text,
     fail,
     format_event,
     key_value_pairs,
@@ -323,13 +324,6 @@ _APPROVE = ("a", "approve", "y", "yes")
 _REJECT = ("r", "reject", "n", "no")
 
 
-def _duration(seconds: float) -> str:
-    minutes = int(seconds // 60)
-    days, rest = divmod(minutes, 24 * 60)
-    hours, mins = divmod(rest, 60)
-    return (f"{days}d " if days else "") + f"{hours}h {mins:02d}m"
-
-
 def gate_text(view: TaskView, gate: str, *, now: float) -> str:
     """What the prompt shows of a waiting gate: description, input as indented JSON
     (truncated), and the deadline as a local time with the time left."""
@@ -351,7 +345,7 @@ def gate_text(view: TaskView, gate: str, *, now: float) -> str:
         when = dt.datetime.fromtimestamp(snap.gate_until).astimezone()
         left = snap.gate_until - now
         lines.append(f"   deadline: {when.isoformat(timespec='seconds')} ("
-                     + (f"in {_duration(left)}" if left > 0 else "passed") + ")")
+                     + (f"in {duration_text(left)}" if left > 0 else "passed") + ")")
     return "\n".join(lines)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime as dt
 import json
 import sys
 import tempfile
@@ -14,6 +15,7 @@ from axengine.cli._common import (
     EXIT_OK,
     add_home,
     config_of,
+    duration_text,
     fail,
     key_value_pairs,
 )
@@ -25,9 +27,12 @@ from axengine.credentials import redact_url
 from axengine.errors import AxError
 from axengine.fixtures import build_fixture, export_task, load_fixture, redact_fixture, restore_task
 from axengine.local import LocalSession
+from axengine.records import NodeState
+from axengine.wire import resumes_by_itself
 
 if TYPE_CHECKING:
     from axengine.client import Client
+    from axengine.engine import TaskView
 
 
 def register(sub: Any) -> None:
@@ -113,9 +118,36 @@ def cmd_replay(args: argparse.Namespace) -> int:
         async with LocalSession(AxConfig.from_env(home=home)) as session:
             task_id = await restore_task(session.engine, fixture)
             await session.process.reconcile_once()
+            view = await session.engine.get_task(task_id, resolve_blobs=False)
+            for line in timed_waits(view, session.engine.clock()):
+                print(f"ax: replay: {line}", file=sys.stderr, flush=True)
             result = await session.wait(task_id, decide=decide, decided_by="replay")
         print(f"{result.status}: " + " -> ".join(result.path))
         return EXIT_OK if result.status == "SUCCEEDED" else EXIT_FAILED
 
     with tempfile.TemporaryDirectory(prefix="ax-replay-") as home:
         return asyncio.run(main(home))
+
+
+#: A wait shorter than this is not worth a line.
+_WAIT_WORTH_SAYING = 5.0
+
+
+def timed_waits(view: TaskView, now: float) -> list[str]:
+    """What a restored task waits for by the clock before it can go on, one line per
+    node: a pause its handler asked for, a retry's backoff. A replay runs in real time,
+    so a fixture recorded during a day-long pause waits a day: say so, not nothing."""
+    lines = []
+    for nid, snap in view.snapshots.items():
+        if resumes_by_itself(snap, view.dag.node(nid).type):
+            until, what = snap.gate_until, "is paused by its handler"
+        elif snap.state is NodeState.WAITING:
+            until, what = snap.not_before, "retries"
+        else:
+            continue
+        if until - now >= _WAIT_WORTH_SAYING:
+            when = dt.datetime.fromtimestamp(until).astimezone()
+            lines.append(f"node {nid} {what} at {when:%Y-%m-%d %H:%M:%S %Z} (in "
+                         f"{duration_text(until - now)}): the replay waits for it "
+                         "(Ctrl-C stops)")
+    return lines

@@ -14,10 +14,18 @@ from typing import Any
 import pytest
 
 from axengine.cli import main as ax_main
+from axengine.cli.snapshot import timed_waits
 from axengine.dag import Dag, load_dag_mapping
+from axengine.engine import TaskView
 from axengine.errors import DagError, InputError
-from axengine.fixtures import MAX_SECONDS, check_fixture, load_fixture
-from axengine.records import Event, Snapshot, TaskRecord
+from axengine.fixtures import (
+    MAX_SECONDS,
+    check_fixture,
+    fixture_snapshots,
+    fixture_task,
+    load_fixture,
+)
+from axengine.records import Event, NodeState, Snapshot, TaskRecord
 
 FIXTURES = Path(__file__).resolve().parents[1] / "data" / "fixtures"
 BASE = json.loads((FIXTURES / "financial_success.json").read_text())
@@ -284,3 +292,31 @@ def test_a_redacted_path_must_be_text() -> None:
     data = _edited(lambda d: d.__setitem__("redacted", ["input.\udcff"]))
     assert _refused(data) == "f.json: redacted[0] holds a lone surrogate (not valid " \
         "Unicode text)"
+
+
+def test_a_replay_says_what_it_waits_for_by_the_clock() -> None:
+    # A fixture recorded while a node's handler paused it for a day: `ax replay` runs in
+    # real time, so it waits that day. It says so first.
+    data = copy.deepcopy(BASE)
+    dag = Dag.from_canonical(data["dag"])
+    snaps = fixture_snapshots(data)
+    now = 1_800_000_000.0
+    snaps["send_medium_risk_email"] = dataclasses.replace(
+        snaps["send_medium_risk_email"], state=NodeState.PAUSED, gate_until=now + 86_400)
+    snaps["log_completion"] = dataclasses.replace(
+        snaps["log_completion"], state=NodeState.WAITING, not_before=now + 90)
+    snaps["parse_pdf"] = dataclasses.replace(  # (a wait of a second: not worth a line)
+        snaps["parse_pdf"], state=NodeState.WAITING, not_before=now + 1)
+    view = TaskView(task=fixture_task(data), dag=dag, snapshots=snaps, revision=1)
+    lines = timed_waits(view, now)
+    assert [line.split(" at ")[0] for line in lines] == [
+        "node send_medium_risk_email is paused by its handler", "node log_completion retries"]
+    assert lines[0].endswith("(in 1d 0h 00m): the replay waits for it (Ctrl-C stops)")
+    assert lines[1].endswith("(in 0h 01m): the replay waits for it (Ctrl-C stops)")
+    # A gate waits for a person, not the clock: the replay stops there (PAUSED).
+    snaps["send_medium_risk_email"] = dataclasses.replace(
+        snaps["send_medium_risk_email"], state=NodeState.RUNNING)
+    snaps["send_high_risk_email"] = dataclasses.replace(
+        snaps["send_high_risk_email"], state=NodeState.PAUSED, gate_until=now + 86_400)
+    assert [line.split(" at ")[0] for line in timed_waits(view, now)] == [
+        "node log_completion retries"]
