@@ -269,7 +269,8 @@ def _check_records(data: Mapping[str, Any], source: str) -> None:
     try:
         dag = Dag.from_canonical(data["dag"])
         dag_hash = dag.hash
-    except (KeyError, TypeError, ValueError, AttributeError, RecursionError) as exc:
+    except (KeyError, TypeError, ValueError, AttributeError, RecursionError,
+            OverflowError) as exc:
         raise InputError(f"{where('dag')} is not a DAG as ax stores it ({_short(exc)}); "
                          "export the task again") from None
     except InputError as exc:  # (text that is not Unicode: it has no hash)
