@@ -152,7 +152,16 @@ def canonical_bytes(value: Any, field: str = "value") -> bytes:
         InputError: As :func:`canonical_json`; also for a lone surrogate (``"\\ud800"``,
             which JSON escapes can spell but UTF-8 cannot hold).
     """
-    text = canonical_json(value, field)
+    return json_text_bytes(canonical_json(value, field), field)
+
+
+def json_text_bytes(text: str, field: str = "value") -> bytes:
+    """The UTF-8 bytes of JSON text ``text`` (what :func:`canonical_json` wrote).
+
+    Raises:
+        InputError: A lone surrogate, which UTF-8 cannot hold; the message names
+            ``field``.
+    """
     try:
         return text.encode()
     except UnicodeEncodeError as exc:

@@ -123,10 +123,9 @@ def ready_map(b: _Builder, node: Node, snap: Snapshot) -> list[str]:
     if len(items) > node.item_bound:
         return b.failure(node, snap, f"map template rendered {len(items):,} items; the "
                          f"bound is {node.item_bound:,} (max_items)", retryable=False)
-    from axengine.engine._rules import sha256_json
-
     try:
-        revision = sha256_json([snap.task_id, node.id, items], "map template: the rendered list")
+        revision = b.digest(items, "map template: the rendered list",
+                            scope=(snap.task_id, node.id))
     except InputError as exc:
         return b.failure(node, snap, str(exc), retryable=False)
     parent = replace(
@@ -192,7 +191,7 @@ def _start_item(b: _Builder, node: Node, parent: Snapshot, index: int,
                 item: Any) -> str | None:
     """Ready item ``index`` (a fresh snapshot under a fence above any earlier run of
     it). Returns the error when its templates do not render (the item is then FAILED)."""
-    from axengine.engine._rules import RENDERED_INPUT, sha256_json
+    from axengine.engine._rules import RENDERED_INPUT
 
     iid = item_id(node.id, index)
     old = b.snap(iid)  # a fresh PENDING snapshot when the item never ran
@@ -200,7 +199,7 @@ def _start_item(b: _Builder, node: Node, parent: Snapshot, index: int,
                     checkpoint=old.checkpoint, ready_at=b.now)
     try:
         params = b.render_params(node, {"item": item, "index": index})
-        revision = sha256_json([parent.task_id, iid, params], RENDERED_INPUT)
+        revision = b.digest(params, RENDERED_INPUT, scope=(parent.task_id, iid))
     except (TemplateError, InputError) as exc:
         failed = replace(base, state=NodeState.FAILED, error=str(exc), finished_at=b.now)
         b.write(failed)
@@ -217,7 +216,7 @@ def _finish(b: _Builder, node: Node, parent: Snapshot) -> list[str]:
     """Every item ended: the node's output is their outputs in item order (under
     ``collect``, ``{"ok", "output"}`` or ``{"ok", "error"}`` per item); decide its
     edges."""
-    from axengine.engine._rules import _taken, sha256_json
+    from axengine.engine._rules import _taken
 
     ids = [item_id(node.id, i) for i in range(parent.items)]
     b.view.require(i for i in ids if i not in b.plan.writes)
@@ -238,7 +237,7 @@ def _finish(b: _Builder, node: Node, parent: Snapshot) -> list[str]:
         if node.on_item_failure == "collect" else 0
     done = replace(
         parent, state=NodeState.SUCCEEDED, owner="", output=results, output_ref=None,
-        output_sha256=sha256_json(results), next_hops=hops, finished_at=b.now, error="",
+        output_sha256=b.digest(results), next_hops=hops, finished_at=b.now, error="",
     )
     b.write(done)
     b.event("committed", done, f"{parent.items} item(s)"
@@ -339,12 +338,12 @@ def ready_subdag(b: _Builder, node: Node, snap: Snapshot) -> list[str]:
     """Start sub-DAG node ``node``: render its input, hold it RUNNING while its DAG
     runs and ready that DAG's first nodes. Returns ``[node.id]`` when it is decided on
     the spot (its input did not render)."""
-    from axengine.engine._rules import RENDERED_INPUT, sha256_json
+    from axengine.engine._rules import RENDERED_INPUT
 
     assert node.subdag is not None
     try:
         params = b.render_params(node)
-        revision = sha256_json([snap.task_id, node.id, params], RENDERED_INPUT)
+        revision = b.digest(params, RENDERED_INPUT, scope=(snap.task_id, node.id))
     except (TemplateError, InputError) as exc:
         return b.failure(node, snap, str(exc), retryable=False)
     dag = b.view.dag
@@ -387,7 +386,7 @@ def _finish_subdag(b: _Builder, node: Node, parent: Snapshot) -> list[str]:
     """Every last node of the sub-DAG is decided: the node fails when one of the
     sub-DAG's nodes failed with no route; else its output is the sub-DAG's ``output``
     template (or ``{last node: output}`` of its last nodes that succeeded)."""
-    from axengine.engine._rules import _taken, sha256_json
+    from axengine.engine._rules import _taken
 
     assert node.subdag is not None
     dag = b.view.dag
@@ -409,7 +408,7 @@ def _finish_subdag(b: _Builder, node: Node, parent: Snapshot) -> list[str]:
             output = {nid[len(prefix):]: b.output_of(nid) for nid in children
                       if not dag.nodes[nid].targets
                       and b.snap(nid).state is NodeState.SUCCEEDED}
-        digest = sha256_json(output, "sub-DAG output template: the rendered output")
+        digest = b.digest(output, "sub-DAG output template: the rendered output")
         hops = b.decide_edges(node, output)
     except (TemplateError, InputError) as exc:
         return b.failure(node, held, str(exc), retryable=False)

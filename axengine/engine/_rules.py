@@ -31,7 +31,7 @@ from axengine.engine._ramp import Ramp, Waiter, dependency_of
 from axengine.engine._refs import expression_refs, guard_refs, literal_params, named, param_refs
 from axengine.engine._view import Need, View
 from axengine.errors import Conflict, Forbidden, InputError, TemplateError
-from axengine.limits import canonical_bytes, canonical_json
+from axengine.limits import canonical_bytes, canonical_json, json_text_bytes
 from axengine.records import (
     COMPOSITE_OWNERS,
     FINAL_STATES,
@@ -146,6 +146,13 @@ class Plan:
     #: Run durations to record by node id (written without a compare: a sample lost
     #: to a concurrent commit of the same DAG node is harmless).
     durations: dict[str, list[float]] = field(default_factory=dict)
+    #: The canonical JSON text of values the plan hashed (:meth:`_Builder.digest`), by
+    #: ``id(value)``, each with its value (which keeps the id from being reused): the
+    #: write of a snapshot holding one as its output or input reuses the text, so a
+    #: node's output is encoded once, not once to hash and again to store. (A cache:
+    #: not part of what the plan decided, so not compared.)
+    encoded: dict[int, tuple[Any, str]] = field(default_factory=dict, compare=False,
+                                                 repr=False)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -226,6 +233,26 @@ class _Builder:
 
     def snap(self, node_id: str) -> Snapshot:
         return self.plan.writes.get(node_id) or self.view.snap(node_id)
+
+    def digest(self, value: Any, field: str = "value", *,
+               scope: tuple[str, str] | None = None) -> str:
+        """:func:`sha256_json` of ``value`` — with ``scope`` (task id, node id), of
+        ``[*scope, value]``, a rendered input's revision — keeping the text for the
+        write of the snapshot that holds ``value`` (:attr:`Plan.encoded`).
+
+        Raises:
+            InputError: As :func:`sha256_json`.
+        """
+        text = canonical_json(value, field)
+        if scope is None:
+            data = json_text_bytes(text, field)
+        else:
+            # canonical_json([a, b, value]), written from the parts: a list is its
+            # items' text joined by "," between brackets.
+            data = json_text_bytes(f"[{canonical_json(scope[0])},"
+                                   f"{canonical_json(scope[1])},{text}]", field)
+        self.plan.encoded[id(value)] = (value, text)
+        return hashlib.sha256(data).hexdigest()
 
     def write(self, snap: Snapshot) -> None:
         # A rule that made the snapshot with ``last_updated=b.now`` saves a copy here.
@@ -437,7 +464,7 @@ class _Builder:
             return _expand.ready_subdag(self, node, snap)
         try:
             params = self.render_params(node)
-            revision = sha256_json([snap.task_id, node.id, params], RENDERED_INPUT)
+            revision = self.digest(params, RENDERED_INPUT, scope=(snap.task_id, node.id))
         except (TemplateError, InputError) as exc:  # named: input, prompt, description
             return self.failure(node, snap, str(exc), retryable=False)
         snap = replace(
@@ -514,7 +541,7 @@ class _Builder:
         done = replace(
             snap, state=NodeState.SUCCEEDED, attempt=snap.attempt + 1, fence=snap.fence + 1,
             input={"output": output}, output=label, output_ref=None,
-            output_sha256=sha256_json(label), next_hops=hops, ready_at=self.now,
+            output_sha256=self.digest(label), next_hops=hops, ready_at=self.now,
             started_at=self.now, finished_at=self.now,
         )
         self.write(done)
@@ -911,7 +938,7 @@ def plan_complete(view: View, node_id: str, *, fence: int, outcome: Outcome, now
         # A map's item: its map node decides the edges once every item ended.
         done = replace(
             snap, state=NodeState.SUCCEEDED, output=outcome.output, output_ref=None,
-            output_sha256=sha256_json(outcome.output), finished_at=now, lease_until=0.0,
+            output_sha256=b.digest(outcome.output), finished_at=now, lease_until=0.0,
             error="", evidence="",
         )
         b.write(done)
@@ -931,7 +958,7 @@ def plan_complete(view: View, node_id: str, *, fence: int, outcome: Outcome, now
             b.plan.durations[node_id] = recorded
         done = replace(
             snap, state=NodeState.SUCCEEDED, output=outcome.output, output_ref=None,
-            output_sha256=sha256_json(outcome.output), next_hops=hops, finished_at=now,
+            output_sha256=b.digest(outcome.output), next_hops=hops, finished_at=now,
             lease_until=0.0, error="", evidence="", last_updated=now,
         )
         b.write(done)
@@ -1150,7 +1177,7 @@ def plan_decide(view: View, node_id: str, *, decision: str, by: str, comment: st
         return b.plan
     done = replace(
         snap, state=NodeState.SUCCEEDED, decision=record, output=output, output_ref=None,
-        output_sha256=sha256_json(output), next_hops=hops, finished_at=now,
+        output_sha256=b.digest(output), next_hops=hops, finished_at=now,
         paused_seconds=snap.paused_seconds + (now - snap.paused_at), paused_at=0.0,
         attempt=max(snap.attempt, 1),
     )
@@ -1307,7 +1334,7 @@ def plan_retry(view: View, from_node: str, *, input_override: Any, now: float,
                              "are rendered from the map's list; retry it without --input")
         params = {"input": input_override}
         s = replace(b.snap(from_node), input=params,
-                    input_revision=sha256_json([snap.task_id, from_node, params]),
+                    input_revision=b.digest(params, scope=(snap.task_id, from_node)),
                     state=NodeState.WAITING, ready_at=now)
         b.write(s)
         b.event("ready", s, "input overridden")

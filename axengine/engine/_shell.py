@@ -611,14 +611,22 @@ class Engine(EngineReads):
             self._keys.snapshot(task_id, n) for n in {*view.snaps, *plan.writes}), *(
             self._keys.ramp(d) for d in {*view.ramps, *plan.ramps})])
 
-    async def _externalize(self, snap: Snapshot) -> tuple[Snapshot, bytes]:
+    async def _externalize(self, snap: Snapshot, encoded: Mapping[int, tuple[Any, str]],
+                           ) -> tuple[Snapshot, bytes]:
         """The snapshot as stored — an input or output larger than the blob threshold
         moved to the blob store — and its encoding (which reuses the JSON text made
-        here to measure them)."""
+        here to measure them, or, from ``encoded``, when its hash was taken:
+        :attr:`rules.Plan.encoded`)."""
         threshold = self.config.blob_threshold
         texts = {"input_json": "", "output_json": ""}
+
+        def json_of(value: Any) -> str:
+            known = encoded.get(id(value))
+            return known[1] if known is not None and known[0] is value \
+                else canonical_json(value)
+
         if snap.output is not None and snap.output_ref is None:
-            text = canonical_json(snap.output)
+            text = json_of(snap.output)
             data = text.encode()
             if len(data) > threshold:
                 ref = await asyncio.to_thread(self._blobs.put, data)  # file I/O: off the loop
@@ -626,7 +634,7 @@ class Engine(EngineReads):
             else:
                 texts["output_json"] = text
         if snap.input is not None and snap.input_ref is None:
-            text = canonical_json(snap.input)
+            text = json_of(snap.input)
             data = text.encode()
             if len(data) > threshold:
                 ref = await asyncio.to_thread(self._blobs.put, data)
@@ -716,7 +724,7 @@ class Engine(EngineReads):
             key = self._keys.snapshot(task_id, nid)
             compares.append(Mod(key) == view.revs.get(nid, 0))
             # The plan keeps the snapshot as stored (large payloads as blob references).
-            snap, data = await self._externalize(snap)
+            snap, data = await self._externalize(snap, plan.encoded)
             plan.writes[nid] = snap
             ops.append(Put(key, data))
             learned.append((key, snap, len(data)))
@@ -1196,7 +1204,7 @@ class Engine(EngineReads):
         keys = self._keys
         ops: list[Op] = [Put(keys.task(task.task_id), codec.encode_task(task))]
         for snap in snaps:
-            _, data = await self._externalize(snap)
+            _, data = await self._externalize(snap, {})
             ops.append(Put(keys.snapshot(task.task_id, snap.node_id), data))
         # Listing and the reconciler find tasks through the indexes: enter it there too.
         ops.extend(index_writes(keys, None, task))
