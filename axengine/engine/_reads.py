@@ -275,8 +275,11 @@ class EngineReads:
                 yield task, [snap for snap in found if snap is not None]
             start = end
 
-    async def get_task(self, task_id: str, *, resolve_blobs: bool = True) -> TaskView:
-        """The task, its DAG and every node snapshot, in DAG order.
+    async def get_task(self, task_id: str, *, resolve_blobs: bool = True,
+                       states: Container[NodeState] | None = None) -> TaskView:
+        """The task, its DAG and every node snapshot, in DAG order; with ``states``, only
+        the nodes in one of them (the others are read, not decoded: a caller watching
+        the live nodes of a task does not pay for every finished node's output).
 
         Raises:
             NotFound: The task does not exist.
@@ -286,11 +289,14 @@ class EngineReads:
         snaps: dict[str, Snapshot] = {}
         revision = 0
         for kv in kvs:
-            snap = codec.decode_snapshot(kv.value)
+            revision = max(revision, kv.mod_revision)
+            found = codec.decode_snapshot_in(kv.value, states)
+            if found is None:
+                continue
+            snap = found
             if resolve_blobs and snap.output_ref is not None:
                 snap = replace(snap, output=await self.blob_json(snap.output_ref))
             snaps[snap.node_id] = snap
-            revision = max(revision, kv.mod_revision)
         if resolve_blobs and task.input_ref is not None:
             task = replace(task, input=await self.blob_json(task.input_ref))
         # A map's items and a loop's kept visits follow their node.

@@ -40,7 +40,7 @@ from axengine.errors import InputError
 from axengine.fixtures import restore_task
 from axengine.local import LocalSession, load_any_dag
 from axengine.process import default_handler
-from axengine.records import COMPOSITE_OWNERS, NO_EDITS
+from axengine.records import ACTIVE_STATES, COMPOSITE_OWNERS, NO_EDITS
 from axengine.testing._replay import DagLike, FixtureLike, Replay, replay
 from axengine.testing._stubs import (
     StubBook,
@@ -438,7 +438,10 @@ class AsyncAxTestEngine:
         jumps = 0
         while True:
             self._changed.clear()
-            view = await session.engine.get_task(task_id, resolve_blobs=False)
+            # Only the nodes that can keep the task busy or fall due (a wake-up per
+            # commit: decoding every finished node's output each time was O(nodes²)).
+            view = await session.engine.get_task(task_id, resolve_blobs=False,
+                                                 states=ACTIVE_STATES)
             if await self._decide_waiting(view):
                 continue
             now = self.clock.time()
