@@ -174,7 +174,8 @@ class EffectRecord:
     updated_at: float = 0.0
 
 
-def encode_snapshot(s: Snapshot, *, input_json: str = "", output_json: str = "") -> bytes:
+def encode_snapshot(s: Snapshot, *, input_json: str = "", output_json: str = "",
+                    input_members: Mapping[str, str] | None = None) -> bytes:
     """Serialize a node snapshot as an ``ax.v1.TaskSnapshot``.
 
     Args:
@@ -182,17 +183,20 @@ def encode_snapshot(s: Snapshot, *, input_json: str = "", output_json: str = "")
         input_json: The canonical JSON text of ``s.input`` when the caller made it
             already (:func:`axengine.limits.canonical_json`; "": make it here).
         output_json: The same for ``s.output``.
+        input_members: The canonical text of each member of ``s.input`` when the caller
+            made them (:func:`axengine.limits.canonical_parts`), for ``input_params``.
 
     Raises:
         TypeError: The input, output or decision is not JSON.
         ValueError: A float in them is not finite, or an integer is out of range.
     """
-    data: bytes = snapshot_message(s, input_json=input_json,
-                                   output_json=output_json).SerializeToString()
+    data: bytes = snapshot_message(s, input_json=input_json, output_json=output_json,
+                                   input_members=input_members).SerializeToString()
     return data
 
 
-def snapshot_message(s: Snapshot, *, input_json: str = "", output_json: str = "") -> Any:
+def snapshot_message(s: Snapshot, *, input_json: str = "", output_json: str = "",
+                     input_members: Mapping[str, str] | None = None) -> Any:
     """The ``ax.v1.TaskSnapshot`` message of a node snapshot (see :func:`encode_snapshot`
     for the arguments and the errors)."""
     inp = s.input
@@ -201,7 +205,7 @@ def snapshot_message(s: Snapshot, *, input_json: str = "", output_json: str = ""
         node_id=s.node_id,
         status=_LEGACY_STATUS[s.state],
         retry_count=max(s.attempt - 1, 0),
-        input_params=_input_params(inp) if isinstance(inp, Mapping) else None,
+        input_params=_input_params(inp, input_members) if isinstance(inp, Mapping) else None,
         output_json=output_json or _json_or_empty(s.output),
         next_hops=[_NextHopPb(target_node_id=h.target_node_id, is_taken=h.is_taken)
                    for h in s.next_hops],
@@ -269,11 +273,13 @@ def decode_snapshot(data: bytes) -> Snapshot:
     return snap
 
 
-def decode_snapshot_in(data: bytes, states: Container[NodeState] | None) -> Snapshot | None:
+def decode_snapshot_in(data: bytes, states: Container[NodeState] | None, *,
+                       inputs: bool = True) -> Snapshot | None:
     """:func:`decode_snapshot`, or None when the node's state is not one of ``states``
     (None: any state) — told from the parsed message before the rest is converted, so
     a reader that wants a few live nodes among many finished ones pays little for the
-    others.
+    others. Without ``inputs``, the rendered input is not decoded (``input`` is None;
+    ``input_ref`` and ``input_revision`` are kept).
 
     Raises:
         ValueError: As :func:`decode_snapshot`.
@@ -309,7 +315,7 @@ def decode_snapshot_in(data: bytes, states: Container[NodeState] | None) -> Snap
         stall_verdict=m.stall_verdict,
         stall_progress_at=m.stall_progress_at,
         stall_extended_until=m.stall_extended_until,
-        input=_json_or_none(m.input_json),
+        input=_json_or_none(m.input_json) if inputs else None,
         input_ref=_blob_from_pb(m.input_ref) if m.HasField("input_ref") else None,
         input_revision=m.input_revision,
         output=_json_or_none(m.output_json),
@@ -341,24 +347,25 @@ def decode_snapshot_in(data: bytes, states: Container[NodeState] | None) -> Snap
     )
 
 
-def encode_task(t: TaskRecord) -> bytes:
-    """Serialize a task as an ``ax.v1.Task``.
+def encode_task(t: TaskRecord, *, input_json: str = "") -> bytes:
+    """Serialize a task as an ``ax.v1.Task`` (``input_json``: the canonical JSON text of
+    ``t.input`` when the caller has it; "": made here).
 
     Raises:
         TypeError: The input is not JSON.
         ValueError: A float in it is not finite, or an integer is out of range.
     """
-    data: bytes = task_message(t).SerializeToString()
+    data: bytes = task_message(t, input_json=input_json).SerializeToString()
     return data
 
 
-def task_message(t: TaskRecord) -> Any:
+def task_message(t: TaskRecord, *, input_json: str = "") -> Any:
     """The ``ax.v1.Task`` message of a task (see :func:`encode_task` for the errors)."""
     return _TaskPb(
         task_id=t.task_id,
         dag_hash=t.dag_hash,
         dag_name=t.dag_name,
-        input_json=_json_or_empty(t.input),
+        input_json=input_json or _json_or_empty(t.input),
         input_ref=_blob_to_pb(t.input_ref),
         status=_TASK_STATUS_TO_PB[t.status],
         priority=t.priority,
@@ -539,8 +546,12 @@ def _json_object_or_none(text: str, field: str) -> dict[str, Any] | None:
     return value
 
 
-def _input_params(inp: Mapping[str, Any]) -> dict[str, str]:
-    # Seed readers expect map<string, string>: strings as they are, anything else as JSON.
+def _input_params(inp: Mapping[str, Any], members: Mapping[str, str] | None = None
+                  ) -> dict[str, str]:
+    # Seed readers expect map<string, string>: strings as they are, anything else as JSON
+    # (``members``: each member's JSON text, made already).
+    if members is not None:
+        return {k: v if isinstance(v, str) else members[k] for k, v in inp.items()}
     return {k: v if isinstance(v, str) else _ENCODER.encode(v) for k, v in inp.items()}
 
 

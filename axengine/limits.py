@@ -31,7 +31,7 @@ import os
 import re
 import stat
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, NoReturn
 
 from axengine.errors import InputError
@@ -46,6 +46,8 @@ __all__ = [
     "NotRegularFile",
     "canonical_bytes",
     "canonical_json",
+    "canonical_list",
+    "canonical_parts",
     "check_json_value",
     "check_labels",
     "finite_float",
@@ -99,6 +101,29 @@ def canonical_json(value: Any, field: str = "value") -> str:
         raise InputError(f"{field} is nested too deeply to write as JSON") from None
     except (ValueError, TypeError) as exc:
         raise InputError(f"{field} is not standard JSON: {_why_not_json(exc)}") from None
+
+
+def canonical_parts(value: Any, field: str = "value") -> tuple[str, dict[str, str] | None]:
+    """:func:`canonical_json` of ``value`` and, for an object with text keys, the text of
+    each member, the object's text being made from them: a writer that needs both (a
+    snapshot's input and its per-key ``input_params``) encodes the value once.
+
+    Raises:
+        InputError: As :func:`canonical_json`.
+    """
+    if type(value) is not dict or not all(type(key) is str for key in value):
+        return canonical_json(value, field), None
+    members = {key: canonical_json(item, field) for key, item in value.items()}
+    # What the encoder writes with sorted keys: "{" key ":" value, joined by ",", "}".
+    text = "{" + ",".join(f"{_CANONICAL.encode(key)}:{members[key]}"
+                          for key in sorted(members)) + "}"
+    return text, members
+
+
+def canonical_list(texts: Iterable[str]) -> str:
+    """:func:`canonical_json` of a list, made from the canonical texts of its items
+    (``[`` the items joined by ``,`` ``]``, as the encoder writes a list)."""
+    return "[" + ",".join(texts) + "]"
 
 
 #: Longest idempotency key, and the longest comment on a gate decision (the same on

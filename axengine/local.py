@@ -155,7 +155,7 @@ class LocalSession:
         return str(result.task_id)
 
     async def result(self, task_id: str) -> RunResult:
-        view = await self.engine.get_task(task_id)
+        view = await self.engine.get_task(task_id, inputs=False)  # (a result has none)
         return result_of(view, await self.engine.events(task_id))
 
     async def wait(

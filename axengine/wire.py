@@ -26,6 +26,7 @@ task view it names as small protocols (:class:`DagDocument`, :class:`TaskState`)
 
 from __future__ import annotations
 
+import reprlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -323,6 +324,20 @@ class RunResult:
     @property
     def ok(self) -> bool:
         return self.status == TaskStatus.SUCCEEDED.value
+
+    def __repr__(self) -> str:
+        # Bounded: outputs can be megabytes (the attributes hold them whole). asyncio
+        # reprs a run's task, result included, on its way out (Runner.run's
+        # signal.getsignal): an unbounded repr cost milliseconds per run.
+        fields = ", ".join(f"{name}={_SHORT.repr(getattr(self, name))}" for name in (
+            "task_id", "status", "outputs", "path", "states", "waiting", "errors"))
+        return f"RunResult({fields})"
+
+
+#: How a :class:`RunResult` shows its values: a few items of each, short texts.
+_SHORT = reprlib.Repr()
+_SHORT.maxlevel, _SHORT.maxdict, _SHORT.maxlist, _SHORT.maxtuple = 3, 8, 12, 12
+_SHORT.maxstring, _SHORT.maxother, _SHORT.maxlong = 80, 80, 40
 
 
 def path_of(events: Sequence[Event]) -> list[str]:

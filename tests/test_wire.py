@@ -230,3 +230,17 @@ def test_a_lone_surrogate_is_refused_as_input_not_a_crash() -> None:
 
     with pytest.raises(InputError, match="task input is not valid Unicode text"):
         check_json_value({"x": "\ud800"}, "task input")
+
+
+def test_a_run_result_shows_a_bounded_repr() -> None:
+    # asyncio reprs a run's task, result included, as the run ends: a megabyte of
+    # outputs made that repr cost milliseconds per run.
+    from axengine.wire import RunResult
+
+    result = RunResult(task_id="t-1", status="SUCCEEDED",
+                       outputs={"doc": {"text": "x" * 1_000_000, "pages": list(range(10_000))}},
+                       path=["doc"], states={"doc": "SUCCEEDED"})
+    text = repr(result)
+    assert text.startswith("RunResult(task_id='t-1', status='SUCCEEDED', outputs={'doc': ")
+    assert len(text) < 600
+    assert result.outputs["doc"]["text"] == "x" * 1_000_000  # the value itself is whole

@@ -276,10 +276,13 @@ class EngineReads:
             start = end
 
     async def get_task(self, task_id: str, *, resolve_blobs: bool = True,
-                       states: Container[NodeState] | None = None) -> TaskView:
+                       states: Container[NodeState] | None = None,
+                       inputs: bool = True) -> TaskView:
         """The task, its DAG and every node snapshot, in DAG order; with ``states``, only
         the nodes in one of them (the others are read, not decoded: a caller watching
         the live nodes of a task does not pay for every finished node's output).
+        Without ``inputs``, the nodes' rendered inputs are left out (``input`` None): a
+        run's result reads outputs only.
 
         Raises:
             NotFound: The task does not exist.
@@ -290,7 +293,7 @@ class EngineReads:
         revision = 0
         for kv in kvs:
             revision = max(revision, kv.mod_revision)
-            found = codec.decode_snapshot_in(kv.value, states)
+            found = codec.decode_snapshot_in(kv.value, states, inputs=inputs)
             if found is None:
                 continue
             snap = found

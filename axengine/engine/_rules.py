@@ -31,7 +31,13 @@ from axengine.engine._ramp import Ramp, Waiter, dependency_of
 from axengine.engine._refs import expression_refs, guard_refs, literal_params, named, param_refs
 from axengine.engine._view import Need, View
 from axengine.errors import Conflict, Forbidden, InputError, TemplateError
-from axengine.limits import canonical_bytes, canonical_json, json_text_bytes
+from axengine.limits import (
+    canonical_bytes,
+    canonical_json,
+    canonical_list,
+    canonical_parts,
+    json_text_bytes,
+)
 from axengine.records import (
     COMPOSITE_OWNERS,
     FINAL_STATES,
@@ -147,12 +153,13 @@ class Plan:
     #: to a concurrent commit of the same DAG node is harmless).
     durations: dict[str, list[float]] = field(default_factory=dict)
     #: The canonical JSON text of values the plan hashed (:meth:`_Builder.digest`), by
-    #: ``id(value)``, each with its value (which keeps the id from being reused): the
-    #: write of a snapshot holding one as its output or input reuses the text, so a
+    #: ``id(value)``, each with its value (which keeps the id from being reused) and,
+    #: for an object, its members' texts (:func:`~axengine.limits.canonical_parts`):
+    #: the write of a snapshot holding one as its output or input reuses them, so a
     #: node's output is encoded once, not once to hash and again to store. (A cache:
     #: not part of what the plan decided, so not compared.)
-    encoded: dict[int, tuple[Any, str]] = field(default_factory=dict, compare=False,
-                                                 repr=False)
+    encoded: dict[int, tuple[Any, str, dict[str, str] | None]] = field(
+        default_factory=dict, compare=False, repr=False)
 
 
 # --------------------------------------------------------------------------- helpers
@@ -243,15 +250,13 @@ class _Builder:
         Raises:
             InputError: As :func:`sha256_json`.
         """
-        text = canonical_json(value, field)
-        if scope is None:
-            data = json_text_bytes(text, field)
+        text, members = canonical_parts(value, field)
+        if scope is not None:  # canonical_json([*scope, value]), from the parts
+            data = json_text_bytes(canonical_list(
+                [canonical_json(scope[0]), canonical_json(scope[1]), text]), field)
         else:
-            # canonical_json([a, b, value]), written from the parts: a list is its
-            # items' text joined by "," between brackets.
-            data = json_text_bytes(f"[{canonical_json(scope[0])},"
-                                   f"{canonical_json(scope[1])},{text}]", field)
-        self.plan.encoded[id(value)] = (value, text)
+            data = json_text_bytes(text, field)
+        self.plan.encoded[id(value)] = (value, text, members)
         return hashlib.sha256(data).hexdigest()
 
     def write(self, snap: Snapshot) -> None:

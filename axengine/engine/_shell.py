@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import hashlib
 import itertools
 import json
 import math
@@ -56,6 +57,8 @@ from axengine.limits import (
     MAX_COMMENT,
     MAX_IDEMPOTENCY_KEY,
     canonical_json,
+    canonical_list,
+    canonical_parts,
     check_json_value,
     check_labels,
 )
@@ -83,6 +86,8 @@ __all__ = ["Engine", "EngineConfig", "SubmitResult", "TaskView"]
 MAX_CAS_RETRIES = 64
 #: Most transitions of one task decided and committed together (:meth:`Engine._apply_group`).
 MAX_GROUP = 32
+#: Task inputs whose JSON text the engine keeps (each at most the blob threshold).
+INPUT_TEXT_ENTRIES = 256
 
 Listener = Callable[[TaskRecord, Sequence[Event]], None]
 #: An outbox rule bound to its arguments: (record, holder snapshot, now) → answer, write.
@@ -261,6 +266,11 @@ class Engine(EngineReads):
         self._dags: Lru[str, Dag] = Lru(DAG_CACHE_ENTRIES)
         self._listeners: list[Listener] = []
         self._cache = RecordCache()
+        #: The canonical JSON of tasks' inputs by task id, each with the input it is
+        #: the text of: the task record is written again at most transitions (its
+        #: counters), and its input, up to the blob threshold inline, was encoded again
+        #: each time. Bounded: a task that falls out has its input encoded once more.
+        self._input_texts: Lru[str, tuple[Any, str]] = Lru(INPUT_TEXT_ENTRIES)
         self._hub = EventHub(store, self._keys)
         #: Transitions of one task take turns in this engine (see :meth:`_apply`).
         self._task_locks: dict[str, asyncio.Lock] = {}
@@ -611,37 +621,53 @@ class Engine(EngineReads):
             self._keys.snapshot(task_id, n) for n in {*view.snaps, *plan.writes}), *(
             self._keys.ramp(d) for d in {*view.ramps, *plan.ramps})])
 
-    async def _externalize(self, snap: Snapshot, encoded: Mapping[int, tuple[Any, str]],
-                           ) -> tuple[Snapshot, bytes]:
-        """The snapshot as stored — an input or output larger than the blob threshold
-        moved to the blob store — and its encoding (which reuses the JSON text made
-        here to measure them, or, from ``encoded``, when its hash was taken:
-        :attr:`rules.Plan.encoded`)."""
-        threshold = self.config.blob_threshold
-        texts = {"input_json": "", "output_json": ""}
+    def _input_text(self, task: TaskRecord) -> str:
+        """The canonical JSON of ``task.input`` ("" for none): from :attr:`_input_texts`
+        when it holds this very input, else encoded (and kept)."""
+        if task.input is None:
+            return ""
+        known = self._input_texts.get(task.task_id)
+        if known is not None and known[0] is task.input:
+            return known[1]
+        text = canonical_json(task.input, "task input")
+        self._input_texts.put(task.task_id, (task.input, text))
+        return text
 
-        def json_of(value: Any) -> str:
+    async def _externalize(
+        self, snap: Snapshot, encoded: Mapping[int, tuple[Any, str, dict[str, str] | None]],
+    ) -> tuple[Snapshot, bytes]:
+        """The snapshot as stored — an input or output larger than the blob threshold
+        moved to the blob store — and its encoding, which reuses the JSON text made
+        here to measure them (or, from ``encoded``, when its hash was taken:
+        :attr:`rules.Plan.encoded`) and the input's members' texts."""
+        threshold = self.config.blob_threshold
+        output_json = input_json = ""
+        members: dict[str, str] | None = None
+
+        def parts_of(value: Any) -> tuple[str, dict[str, str] | None]:
             known = encoded.get(id(value))
-            return known[1] if known is not None and known[0] is value \
-                else canonical_json(value)
+            if known is not None and known[0] is value:
+                return known[1], known[2]
+            return canonical_parts(value)
 
         if snap.output is not None and snap.output_ref is None:
-            text = json_of(snap.output)
+            text = parts_of(snap.output)[0]
             data = text.encode()
             if len(data) > threshold:
                 ref = await asyncio.to_thread(self._blobs.put, data)  # file I/O: off the loop
                 snap = replace(snap, output=None, output_ref=ref)
             else:
-                texts["output_json"] = text
+                output_json = text
         if snap.input is not None and snap.input_ref is None:
-            text = json_of(snap.input)
+            text, members = parts_of(snap.input)
             data = text.encode()
             if len(data) > threshold:
                 ref = await asyncio.to_thread(self._blobs.put, data)
-                snap = replace(snap, input=None, input_ref=ref)
+                snap, members = replace(snap, input=None, input_ref=ref), None
             else:
-                texts["input_json"] = text
-        return snap, codec.encode_snapshot(snap, **texts)
+                input_json = text
+        return snap, codec.encode_snapshot(snap, input_json=input_json,
+                                           output_json=output_json, input_members=members)
 
     def _task_writes(self, view: View, plan: rules.Plan, now: float) -> TaskRecord | None:
         """Apply category changes of the written snapshots to the task counters; return
@@ -713,7 +739,7 @@ class Engine(EngineReads):
                     kind="task_" + task.status.lower(),
                     at=now, state=task.status.value, actor="engine",
                 ))
-            data = codec.encode_task(task)
+            data = codec.encode_task(task, input_json=self._input_text(task))
             ops.append(Put(self._keys.task(task_id), data))
             learned.append((self._keys.task(task_id), task, len(data)))
             # The indexes move in the same transaction as the record (revision 0: a
@@ -828,16 +854,23 @@ class Engine(EngineReads):
         # must fit one store transaction, or the task could never finish.
         input_bytes = check_json_value(input, "task input",
                                        max_bytes=self.config.max_input_bytes)
+        input_text = input_bytes.decode()
         check_task_input(dag.input_schema, input)
         require_fit(dag, self._store.max_txn_ops, labels=len(labels))
         now = self.clock()
         deadline_s = deadline_seconds if deadline_seconds is not None else dag.deadline
-        payload = rules.sha256_json([dag.hash, input, labels, priority, deadline_s])
+        # sha256_json([dag.hash, input, labels, priority, deadline_s]), the input's text
+        # made once above.
+        payload = hashlib.sha256(canonical_list([
+            canonical_json(dag.hash), input_text, canonical_json(labels),
+            canonical_json(priority), canonical_json(deadline_s)]).encode()).hexdigest()
         task_id = task_id or f"t-{secrets.token_hex(8)}"
         input_ref = None
         stored_input = input
         if len(input_bytes) > self.config.blob_threshold:
             input_ref, stored_input = await asyncio.to_thread(self._blobs.put, input_bytes), None
+        else:
+            self._input_texts.put(task_id, (input, input_text))
         task = TaskRecord(
             task_id=task_id, dag_hash=dag.hash, dag_name=dag.name, input=stored_input,
             input_ref=input_ref, status=TaskStatus.RUNNING, priority=priority,

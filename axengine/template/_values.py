@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from collections.abc import ItemsView, Iterator, KeysView, Mapping, ValuesView
 from typing import Any, NoReturn
 
@@ -108,8 +109,19 @@ def _join_buffer(parts: Any) -> str:
     return "".join(parts)
 
 
+#: The exact types of plain data's leaves (a subclass, such as Markup, is converted).
+_PLAIN_TYPES = frozenset(_PLAIN)
+
+
 def _to_native(value: Any) -> Any:
-    """Convert a native result to plain data (list/dict/str/...), refusing anything else."""
+    """Convert a native result to plain data (list/dict/str/...), refusing anything else.
+
+    Always a copy of the containers: the value may be another node's output, which the
+    engine keeps and a handler given this one may change in place."""
+    if type(value) is dict or type(value) is list:
+        copied = _plain_copy(value)
+        if copied is not None:
+            return copied
     if isinstance(value, _PLAIN):
         return value if type(value) in _PLAIN else str(value)  # Markup -> str
     if isinstance(value, Undefined):
@@ -126,6 +138,62 @@ def _to_native(value: Any) -> Any:
         return [v if type(v) in _PLAIN else _to_native(v) for v in items]
     message = f"a template cannot produce {_describe(value)}: only data (str, number, list...)"
     raise _error(TemplateSecurityError, message)
+
+
+def _plain_copy(value: dict[str, Any] | list[Any]) -> Any:
+    """A copy of ``value`` when it is plain data already — dicts with text keys and lists,
+    down to leaves of the exact plain types — else None (:func:`_to_native` converts
+    it). What a template most often returns, another node's output as decoded from the
+    store; one loop in one frame, where the recursive conversion made a traced call per
+    container and per comprehension (a 60 KB output: 9 ms of a render, now under 1)."""
+    # Not traced: the render's budget hook (sys.settrace) makes a loop in Python several
+    # times slower, and this one is bounded by the value, which exists already.
+    tracer = sys.gettrace()
+    sys.settrace(None)
+    try:
+        copied = _copy_plain(value)
+    finally:
+        sys.settrace(tracer)
+    if copied is not None:
+        _charge(copied[1])  # as the conversion charges each list's items
+        return copied[0]
+    return None
+
+
+def _copy_plain(value: dict[str, Any] | list[Any]) -> tuple[Any, int] | None:
+    """:func:`_plain_copy`'s loop: the copy and the number of list items, or None."""
+    plain = _PLAIN_TYPES
+    root: Any = {} if type(value) is dict else []
+    stack: list[tuple[Any, Any]] = [(value, root)]
+    items = 0
+    while stack:
+        source, copy = stack.pop()
+        if type(source) is dict:
+            for key, child in source.items():
+                kind = type(child)
+                if type(key) is not str:
+                    return None
+                if kind is dict or kind is list:
+                    inner: Any = {} if kind is dict else []
+                    stack.append((child, inner))
+                    copy[key] = inner
+                elif kind in plain:
+                    copy[key] = child
+                else:
+                    return None
+        else:
+            items += len(source)
+            for child in source:
+                kind = type(child)
+                if kind is dict or kind is list:
+                    inner = {} if kind is dict else []
+                    stack.append((child, inner))
+                    copy.append(inner)
+                elif kind in plain:
+                    copy.append(child)
+                else:
+                    return None
+    return root, items
 
 
 def _with_json_keys(value: Mapping[Any, Any]) -> dict[str, Any]:

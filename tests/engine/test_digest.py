@@ -5,6 +5,7 @@ snapshot's write reuses it. The hash is the one :func:`sha256_json` gives."""
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -12,10 +13,8 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from axengine import limits
-from axengine.engine import _rules, _shell
 from axengine.engine._rules import Plan, _Builder, sha256_json
-from axengine.limits import canonical_json
+from axengine.limits import canonical_json, canonical_list, canonical_parts
 from axengine.testing import AsyncAxTestEngine
 
 JSON = st.recursive(
@@ -49,8 +48,10 @@ def test_a_digest_is_the_hash_of_the_canonical_json(value: Any, task: str, node:
         got = repr(exc)
     assert got == scoped
     if id(value) in builder.plan.encoded:
-        kept, text = builder.plan.encoded[id(value)]
+        kept, text, members = builder.plan.encoded[id(value)]
         assert kept is value and text == canonical_json(value)
+        if members is not None:
+            assert members == {k: canonical_json(v) for k, v in value.items()}
 
 
 DAG = """
@@ -67,19 +68,21 @@ nodes:
 """
 
 
-def test_an_output_and_its_rendered_input_are_hashed_and_stored_from_one_encoding(
+def test_an_output_and_its_rendered_input_are_encoded_once_per_write(
         tmp_path: Path, monkeypatch: Any) -> None:
     output = {"items": [{"id": i, "name": f"item {i}", "tags": ["a", "é"]}
                         for i in range(200)]}
-    encoded: list[Any] = []
-    original = canonical_json
+    size = len(canonical_json(output))
+    written: list[int] = []  # the length of each large JSON text made
+    original = json.JSONEncoder.encode
 
-    def counting(value: Any, field: str = "value") -> str:
-        encoded.append(value)
-        return original(value, field)
+    def counting(self: json.JSONEncoder, value: Any) -> str:
+        text = original(self, value)
+        if len(text) >= size // 2:
+            written.append(len(text))
+        return text
 
-    for module in (limits, _rules, _shell):
-        monkeypatch.setattr(module, "canonical_json", counting)
+    monkeypatch.setattr(json.JSONEncoder, "encode", counting)
     dag_file = tmp_path / "digest.yaml"
     dag_file.write_text(DAG)
 
@@ -88,16 +91,28 @@ def test_an_output_and_its_rendered_input_are_hashed_and_stored_from_one_encodin
             return await engine.run(dag_file, {}, stubs={"make": output, "use": {"ok": 1}})
 
     run = asyncio.run(main())
-    params = {"input": output}
-    times = (sum(1 for v in encoded if v == output), sum(1 for v in encoded if v == params))
+    times = len(written)
+    monkeypatch.undo()
     assert run.result.status == "SUCCEEDED"
     make, use = run.snapshots["make"], run.snapshots["use"]
     assert make.output == output
     assert make.output_sha256 == sha256_json(output)
+    params = {"input": output}
     assert use.input == params
     assert use.input_revision == sha256_json([run.task_id, "use", params])
-    # The output: checked by the runner, then hashed and stored from one encoding (the
-    # hash and the write encoded it apart: three in all). The input: hashed and stored
-    # from one encoding when the node is readied (the hash encoded it inside a list of
-    # its own), encoded again when the node's completion rewrites its snapshot.
-    assert times == (2, 2)
+    # Each text of the value made: make's output checked by the runner, then hashed
+    # and stored from one text; use's input, made of it, hashed and stored from one text
+    # when readied (its per-key copy, input_params, too), and encoded once more when
+    # use's completion rewrites its snapshot. Four; it was eight.
+    assert times == 4, written
+
+
+@settings(max_examples=300, deadline=None)
+@given(items=st.lists(JSON, max_size=5), obj=st.dictionaries(st.text(), JSON, max_size=5))
+def test_texts_made_from_parts_are_the_canonical_json(items: list[Any],
+                                                      obj: dict[str, Any]) -> None:
+    # What the submit's payload hash and a snapshot's input are written from.
+    assert canonical_list(canonical_json(item) for item in items) == canonical_json(items)
+    text, members = canonical_parts(obj)
+    assert text == canonical_json(obj)
+    assert members == {k: canonical_json(v) for k, v in obj.items()}
