@@ -344,12 +344,21 @@ def check_json_value(value: Any, field: str, *, max_depth: int = MAX_JSON_DEPTH,
             raise InputError(f"{field} is nested deeper than {max_depth} levels (the limit "
                              "for JSON values)")
         if isinstance(item, dict):
-            for key, child in item.items():
+            for key in item:
                 if not isinstance(key, str):
                     raise InputError(f"{where}: object key {key!r} is not a string")
-                stack.append((child, depth, where))
+            children: Any = item.values()
         else:
-            stack.extend((child, depth, where) for child in item)
+            children = item
+        for child in children:
+            # Leaves of the exact plain types need no visit (a float only its check):
+            # most of a large value, pushed and popped one by one before.
+            kind = type(child)
+            if kind is str or kind is int or kind is bool or child is None:
+                continue
+            if kind is float and math.isfinite(child):
+                continue
+            stack.append((child, depth, where))
     data = canonical_bytes(value, field)  # the walk left the digit limit, surrogates
     if len(data) > max_bytes:
         raise InputError(f"{field} is {len(data)} bytes of JSON; the limit is {max_bytes}")

@@ -86,8 +86,9 @@ __all__ = ["Engine", "EngineConfig", "SubmitResult", "TaskView"]
 MAX_CAS_RETRIES = 64
 #: Most transitions of one task decided and committed together (:meth:`Engine._apply_group`).
 MAX_GROUP = 32
-#: Task inputs whose JSON text the engine keeps (each at most the blob threshold).
-INPUT_TEXT_ENTRIES = 256
+#: Task inputs, and nodes' rendered inputs, whose JSON text the engine keeps (each at
+#: most the blob threshold inline).
+INPUT_TEXT_ENTRIES = 128
 
 Listener = Callable[[TaskRecord, Sequence[Event]], None]
 #: An outbox rule bound to its arguments: (record, holder snapshot, now) → answer, write.
@@ -271,6 +272,11 @@ class Engine(EngineReads):
         #: counters), and its input, up to the blob threshold inline, was encoded again
         #: each time. Bounded: a task that falls out has its input encoded once more.
         self._input_texts: Lru[str, tuple[Any, str]] = Lru(INPUT_TEXT_ENTRIES)
+        #: The same for nodes' rendered inputs, by (task id, node id), with their
+        #: members' texts: a node's snapshot is written again when it is claimed and when
+        #: it ends, its input unchanged.
+        self._node_inputs: Lru[tuple[str, str], tuple[Any, str, dict[str, str] | None]] = \
+            Lru(INPUT_TEXT_ENTRIES)
         self._hub = EventHub(store, self._keys)
         #: Transitions of one task take turns in this engine (see :meth:`_apply`).
         self._task_locks: dict[str, asyncio.Lock] = {}
@@ -659,7 +665,13 @@ class Engine(EngineReads):
             else:
                 output_json = text
         if snap.input is not None and snap.input_ref is None:
-            text, members = parts_of(snap.input)
+            node = (snap.task_id, snap.node_id)
+            known = self._node_inputs.get(node)
+            if known is not None and known[0] is snap.input:
+                text, members = known[1], known[2]
+            else:
+                text, members = parts_of(snap.input)
+                self._node_inputs.put(node, (snap.input, text, members))
             data = text.encode()
             if len(data) > threshold:
                 ref = await asyncio.to_thread(self._blobs.put, data)
