@@ -104,6 +104,8 @@ _CHUNK = 500
 _TOP = b"\xff"
 _PUT, _DELETE = 0, 1
 _KV_COLUMNS = "key, value, create_revision, mod_revision, version"
+#: The same row with an empty value, for a read that needs the revisions only.
+_KV_REVISIONS = "key, x'', create_revision, mod_revision, version"
 
 _Row = tuple[bytes, bytes, int, int, int]
 _ChangeRow = tuple[int, bytes, int, bytes, int, int]
@@ -646,7 +648,8 @@ class SqliteStore:
         # of the branch changes these rows before their put).
         rows = self._rows(conn, {_encode(op.key) for op in (*success, *failure)
                                  if isinstance(op, Put)}
-                          | {_encode(c.key) for c in compares})
+                          | {_encode(c.key) for c in compares},
+                          values=any(c.target == "value" for c in compares))
         succeeded = all(_holds(rows.get(_encode(c.key)), c) for c in compares)
         new_revision = revision + 1
         first = new_revision << _SEQ_BITS  # the change-log id of its first change
@@ -703,15 +706,20 @@ class SqliteStore:
         return TxnResult(succeeded, revision, tuple(reads)), bool(changes)
 
     @staticmethod
-    def _rows(conn: sqlite3.Connection, keys: set[bytes]) -> dict[bytes, _Row]:
-        """The stored rows of ``keys`` (a missing key has none), in few statements."""
+    def _rows(conn: sqlite3.Connection, keys: set[bytes], *, values: bool = True,
+              ) -> dict[bytes, _Row]:
+        """The stored rows of ``keys`` (a missing key has none), in few statements;
+        without ``values``, each row's value is left empty (a transaction whose compares
+        read no value needs the revisions and versions only: a large value is not read
+        back from its pages for nothing)."""
         wanted = sorted(keys)
         found: dict[bytes, _Row] = {}
+        columns = _KV_COLUMNS if values else _KV_REVISIONS
         for i in range(0, len(wanted), _CHUNK):
             chunk = wanted[i : i + _CHUNK]
             marks = ",".join("?" * len(chunk))
             for row in conn.execute(
-                    f"SELECT {_KV_COLUMNS} FROM ax_kv WHERE key IN ({marks})", chunk):
+                    f"SELECT {columns} FROM ax_kv WHERE key IN ({marks})", chunk):
                 found[bytes(row[0])] = row
         return found
 

@@ -424,3 +424,29 @@ def test_constructor_rejects_bad_options(tmp_path: Path) -> None:
     with pytest.raises(ValueError):
         SqliteStore(path=tmp_path / "b.db", watch_retention=0)
     assert not (tmp_path / "a.db").exists()
+
+
+def test_a_transaction_reads_values_back_only_for_a_value_compare(tmp_path: Path) -> None:
+    # Compares on revisions and versions need no value: a large one is not read back.
+    from axengine.store import Value
+
+    async def main() -> None:
+        async with SqliteStore.open(tmp_path / "ax.db") as store:
+            first = await store.txn([], [Put("/a", b"x" * 100_000), Put("/b", b"b")])
+            statements: list[str] = []
+            store._conn.set_trace_callback(statements.append)  # (the store's connection)
+            moved = await store.txn([Mod("/a") == first.revision], [Put("/a", b"y")])
+            assert moved.succeeded
+            reads = [s for s in statements if s.startswith("SELECT") and "ax_kv" in s]
+            assert reads and all("x''" in s for s in reads), reads
+            statements.clear()
+            held = await store.txn([Value("/b") == b"b", Mod("/a") == moved.revision],
+                                   [Put("/b", b"c")])
+            missed = await store.txn([Value("/b") == b"b"], [Put("/b", b"d")])
+            assert (held.succeeded, missed.succeeded) == (True, False)
+            assert any("SELECT key, value" in s for s in statements), statements
+            store._conn.set_trace_callback(None)
+            got = await store.get("/b")
+            assert got is not None and got.value == b"c"
+
+    asyncio.run(main())
