@@ -147,11 +147,13 @@ def _plain_copy(value: dict[str, Any] | list[Any]) -> Any:
     store; one loop in one frame, where the recursive conversion made a traced call per
     container and per comprehension (a 60 KB output: 9 ms of a render, now under 1)."""
     # Not traced: the render's budget hook (sys.settrace) makes a loop in Python several
-    # times slower, and this one is bounded by the value, which exists already.
+    # times slower. The loop is bounded instead by the render's remaining work: a value
+    # that shares its parts ([a, a, a] of [b, b, b]...) is small to build and huge to
+    # copy, and past that bound the conversion takes over and refuses it.
     tracer = sys.gettrace()
     sys.settrace(None)
     try:
-        copied = _copy_plain(value)
+        copied = _copy_plain(value, _remaining())
     finally:
         sys.settrace(tracer)
     if copied is not None:
@@ -160,14 +162,18 @@ def _plain_copy(value: dict[str, Any] | list[Any]) -> Any:
     return None
 
 
-def _copy_plain(value: dict[str, Any] | list[Any]) -> tuple[Any, int] | None:
-    """:func:`_plain_copy`'s loop: the copy and the number of list items, or None."""
+def _copy_plain(value: dict[str, Any] | list[Any], limit: int) -> tuple[Any, int] | None:
+    """:func:`_plain_copy`'s loop: the copy and the number of list items, or None (not
+    plain data, or more than ``limit`` entries to copy)."""
     plain = _PLAIN_TYPES
     root: Any = {} if type(value) is dict else []
     stack: list[tuple[Any, Any]] = [(value, root)]
-    items = 0
+    items = entries = 0
     while stack:
         source, copy = stack.pop()
+        entries += len(source)
+        if entries > limit:
+            return None
         if type(source) is dict:
             for key, child in source.items():
                 kind = type(child)
