@@ -9,7 +9,6 @@ never stops at the first; whole-graph checks are :mod:`axengine.dag._validate`'s
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
@@ -29,6 +28,7 @@ from axengine.dag._model import (
 from axengine.dag._resources import RESOURCE_NAMES, RESOURCE_SECTIONS, RUNNERS, parse_quantity
 from axengine.dag._validate import SiteKind, TemplateSite, did_you_mean, has_template
 from axengine.errors import DagProblem, InputError
+from axengine.limits import finite_number, short_repr
 from axengine.timeouts import FixedPolicy, node_timeout_policy
 
 __all__ = ["MAX_DAG_NODES", "DagBuilder", "LineList", "LineMap", "Pos", "SubdagLoader"]
@@ -216,16 +216,16 @@ class DagBuilder:
         value = raw.get(key)
         if value is None:
             return None
-        ok = isinstance(value, int | float) and not isinstance(value, bool) \
-            and math.isfinite(value) and (value >= low if low_inclusive else value > low) \
-            and (high is None or value <= high)
+        number = finite_number(value)  # (an integer past a float's range is not one)
+        ok = number is not None and (number >= low if low_inclusive else number > low) \
+            and (high is None or number <= high)
         if ok:
-            return float(value)
+            return number
         bounds = f"{'>=' if low_inclusive else '>'} {low:g}"
         if high is not None:
             bounds = f"between {low:g} and {high:g}"
-        self.problem("bad-value", f"{prefix}{key} must be a number {bounds}, not {value!r}",
-                     _key_line(raw, key), nid, prefix + key)
+        self.problem("bad-value", f"{prefix}{key} must be a number {bounds}, not "
+                     f"{short_repr(value)}", _key_line(raw, key), nid, prefix + key)
         return None
 
     def _integer(
@@ -238,7 +238,7 @@ class DagBuilder:
         if isinstance(value, int) and not isinstance(value, bool) and low <= value <= high:
             return value
         self.problem("bad-value", f"{prefix}{key} must be an integer from {low} to {high}, "
-                     f"not {value!r}", _key_line(raw, key), nid, prefix + key)
+                     f"not {short_repr(value)}", _key_line(raw, key), nid, prefix + key)
         return None
 
     def _choice(
@@ -670,8 +670,7 @@ class DagBuilder:
         value = raw[key]
         if isinstance(value, float) and value.is_integer():
             value = int(value)
-        text = str(value) if isinstance(value, int | float) and not isinstance(value, bool) \
-            and math.isfinite(value) else value
+        text = str(value) if finite_number(value) is not None else value
         message = f"{prefix}{key} must be a Kubernetes quantity, not {_kind(value)}"
         if isinstance(text, str):
             try:
