@@ -581,6 +581,15 @@ def _load_text(
     if size > MAX_DOCUMENT_BYTES:
         return None, [DagProblem(f"document is {size} bytes; at most {MAX_DOCUMENT_BYTES}",
                                  file, 0, code="too-large")]
+    try:
+        text.encode()
+    except UnicodeEncodeError as exc:
+        # A lone surrogate ("\ud800" in a JSON string): the YAML parser cannot read it.
+        line = text.count("\n", 0, exc.start) + 1
+        column = exc.start - text.rfind("\n", 0, exc.start)
+        return None, [DagProblem(
+            f"column {column}: a lone surrogate ({text[exc.start]!r}) is not Unicode text",
+            file, line, code="yaml-syntax")]
     reader = _TreeBuilder(text, file)
     try:
         tree = reader.parse()

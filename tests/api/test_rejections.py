@@ -162,6 +162,17 @@ def test_a_lone_surrogate_in_a_dag_is_a_dag_error_not_a_500(
     unchanged(response)
 
 
+def test_a_lone_surrogate_in_dag_yaml_is_a_dag_error_not_a_500(
+        quiet: ServerHandle, unchanged: Callable[[httpx.Response], None]) -> None:
+    # JSON can spell one ("\ud800"); the YAML parser cannot read it (it was a 500).
+    yaml_text = GATE_YAML.replace("check {{", "che\ud800ck {{")
+    response = post_json(quiet.client("submit"), "/v1/tasks",
+                         {"dag_yaml": yaml_text, "input": {"text": "x"}})
+    message = error_of(response, 400, "DagError")
+    assert "a lone surrogate ('\\ud800') is not Unicode text" in message, message
+    unchanged(response)
+
+
 def test_exactly_one_dag_source(quiet: ServerHandle,
                                 unchanged: Callable[[httpx.Response], None]) -> None:
     client = quiet.client("submit")
