@@ -26,6 +26,7 @@ task view it names as small protocols (:class:`DagDocument`, :class:`TaskState`)
 
 from __future__ import annotations
 
+import dataclasses
 import reprlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -329,9 +330,9 @@ class RunResult:
         # Bounded: outputs can be megabytes (the attributes hold them whole). asyncio
         # reprs a run's task, result included, on its way out (Runner.run's
         # signal.getsignal): an unbounded repr cost milliseconds per run.
-        fields = ", ".join(f"{name}={_SHORT.repr(getattr(self, name))}" for name in (
-            "task_id", "status", "outputs", "path", "states", "waiting", "errors"))
-        return f"RunResult({fields})"
+        shown = ", ".join(f"{f.name}={_SHORT.repr(getattr(self, f.name))}"
+                          for f in dataclasses.fields(self))
+        return f"RunResult({shown})"
 
 
 #: How a :class:`RunResult` shows its values: a few items of each, short texts.

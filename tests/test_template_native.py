@@ -60,5 +60,5 @@ def test_the_fast_copy_stops_at_its_bound() -> None:
     shared: Any = [1, 2, 3]
     for _ in range(12):
         shared = [shared] * 8  # 8**12 lists, a few dozen objects
-    assert _values._copy_plain(shared, 10_000) is None  # (it stops, the caller refuses)
-    assert _values._copy_plain([[1, 2], {"a": [3]}], 10) == ([[1, 2], {"a": [3]}], 5)
+    assert _values._bounded_copy(shared, 10_000) is None  # (it stops, the caller refuses)
+    assert _values._bounded_copy([[1, 2], {"a": [3]}], 10) == ([[1, 2], {"a": [3]}], 5)

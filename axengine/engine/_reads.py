@@ -293,10 +293,9 @@ class EngineReads:
         revision = 0
         for kv in kvs:
             revision = max(revision, kv.mod_revision)
-            found = codec.decode_snapshot_in(kv.value, states, inputs=inputs)
-            if found is None:
+            snap = codec.decode_snapshot_in(kv.value, states, inputs=inputs)
+            if snap is None:
                 continue
-            snap = found
             if resolve_blobs and snap.output_ref is not None:
                 snap = replace(snap, output=await self.blob_json(snap.output_ref))
             snaps[snap.node_id] = snap
