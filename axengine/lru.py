@@ -43,6 +43,10 @@ class Lru(Generic[K, V]):
             self._entries.move_to_end(key)
         return value
 
+    def discard(self, key: K) -> None:
+        """Forget ``key`` (nothing happens when it is not here)."""
+        self._entries.pop(key, None)
+
     def put(self, key: K, value: V) -> None:
         """Remember ``value`` under ``key``, dropping the least recently used entry when
         full."""

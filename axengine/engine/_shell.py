@@ -65,7 +65,15 @@ from axengine.limits import (
 from axengine.lru import DAG_CACHE_ENTRIES, Lru
 from axengine.owners import LOCAL_PRINCIPAL
 from axengine.queue import WorkItem, WorkQueue
-from axengine.records import NO_EDITS, Event, Snapshot, TaskRecord, TaskStatus, replace
+from axengine.records import (
+    FINAL_STATES,
+    NO_EDITS,
+    Event,
+    Snapshot,
+    TaskRecord,
+    TaskStatus,
+    replace,
+)
 from axengine.store import (
     Compare,
     Delete,
@@ -671,13 +679,19 @@ class Engine(EngineReads):
                 text, members = known[1], known[2]
             else:
                 text, members = parts_of(snap.input)
-                self._node_inputs.put(node, (snap.input, text, members))
             data = text.encode()
             if len(data) > threshold:
                 ref = await asyncio.to_thread(self._blobs.put, data)
                 snap, members = replace(snap, input=None, input_ref=ref), None
             else:
                 input_json = text
+                if snap.state not in FINAL_STATES and (known is None
+                                                       or known[0] is not snap.input):
+                    self._node_inputs.put(node, (snap.input, text, members))
+        if snap.state in FINAL_STATES:
+            # Written for the last time, as a rule: kept, a large input would stay alive
+            # for the garbage collector to scan at every full collection.
+            self._node_inputs.discard((snap.task_id, snap.node_id))
         return snap, codec.encode_snapshot(snap, input_json=input_json,
                                            output_json=output_json, input_members=members)
 
