@@ -103,21 +103,40 @@ def canonical_json(value: Any, field: str = "value") -> str:
         raise InputError(f"{field} is not standard JSON: {_why_not_json(exc)}") from None
 
 
-def canonical_parts(value: Any, field: str = "value") -> tuple[str, dict[str, str] | None]:
+#: Canonical texts known already, by ``id(value)``: each with its value (which keeps the
+#: id from being reused, and is checked by identity) and its members' texts.
+KnownTexts = Mapping[int, tuple[Any, str, dict[str, str] | None]]
+
+
+def canonical_parts(value: Any, field: str = "value", known: KnownTexts | None = None,
+                    ) -> tuple[str, dict[str, str] | None]:
     """:func:`canonical_json` of ``value`` and, for an object with text keys, the text of
     each member, the object's text being made from them: a writer that needs both (a
-    snapshot's input and its per-key ``input_params``) encodes the value once.
+    snapshot's input and its per-key ``input_params``) encodes the value once. The value
+    or a member found in ``known`` (by identity) is not encoded again.
 
     Raises:
         InputError: As :func:`canonical_json`.
     """
+    if known is not None:
+        found = known.get(id(value))
+        if found is not None and found[0] is value:
+            return found[1], found[2]
     if type(value) is not dict or not all(type(key) is str for key in value):
         return canonical_json(value, field), None
-    members = {key: canonical_json(item, field) for key, item in value.items()}
+    members = {key: _known_text(item, known) or canonical_json(item, field)
+               for key, item in value.items()}
     # What the encoder writes with sorted keys: "{" key ":" value, joined by ",", "}".
     text = "{" + ",".join(f"{_CANONICAL.encode(key)}:{members[key]}"
                           for key in sorted(members)) + "}"
     return text, members
+
+
+def _known_text(value: Any, known: KnownTexts | None) -> str:
+    if known is None:
+        return ""
+    found = known.get(id(value))
+    return found[1] if found is not None and found[0] is value else ""
 
 
 def canonical_list(texts: Iterable[str]) -> str:

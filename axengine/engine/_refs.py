@@ -8,6 +8,7 @@ each template's AST), so the rule asks for exactly those (``Need``).
 from __future__ import annotations
 
 import functools
+import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
@@ -16,7 +17,11 @@ from axengine.dag import Node
 from axengine.errors import TemplateError
 
 __all__ = ["expression_refs", "guard_refs", "literal_params", "map_refs", "named",
-           "param_refs", "template_refs"]
+           "param_refs", "passed_output", "template_refs"]
+
+#: An input that is one node's whole output and nothing else: ``{{ .nodes.<id>.output }}``
+#: (the leading dot optional, blanks around).
+_PASSED = re.compile(r"\s*\{\{\s*\.?nodes\.([A-Za-z_][A-Za-z0-9_]*)\.output\s*\}\}\s*")
 
 
 def named(which: str, render: Callable[[Any, Mapping[str, Any]], Any], source: Any,
@@ -99,6 +104,15 @@ def literal_params(node: Node) -> bool:
     if node.description is not None and node.type == "human_gateway":
         texts.append(node.description)
     return template.is_literal(node.input) and template.is_literal(texts)
+
+
+@_per_node
+def passed_output(node: Node) -> str | None:
+    """The node (as the input's template names it) whose whole output is ``node``'s
+    input — ``input: "{{ .nodes.<id>.output }}"`` — or None: the rendering of such an
+    input is a copy of that output, equal to it."""
+    found = _PASSED.fullmatch(node.input) if isinstance(node.input, str) else None
+    return found.group(1) if found is not None else None
 
 
 @_per_node

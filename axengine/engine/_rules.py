@@ -28,7 +28,14 @@ from axengine.blocking import BlockingPolicy, Verdict
 from axengine.dag import SCOPE, Dag, Node, is_item, is_visit
 from axengine.engine import _expand, _stall
 from axengine.engine._ramp import Ramp, Waiter, dependency_of
-from axengine.engine._refs import expression_refs, guard_refs, literal_params, named, param_refs
+from axengine.engine._refs import (
+    expression_refs,
+    guard_refs,
+    literal_params,
+    named,
+    param_refs,
+    passed_output,
+)
 from axengine.engine._view import Need, View
 from axengine.errors import Conflict, Forbidden, InputError, TemplateError
 from axengine.limits import (
@@ -250,7 +257,7 @@ class _Builder:
         Raises:
             InputError: As :func:`sha256_json`.
         """
-        text, members = canonical_parts(value, field)
+        text, members = canonical_parts(value, field, self.plan.encoded)
         if scope is not None:  # canonical_json([*scope, value]), from the parts
             data = json_text_bytes(canonical_list(
                 [canonical_json(scope[0]), canonical_json(scope[1]), text]), field)
@@ -258,6 +265,14 @@ class _Builder:
             data = json_text_bytes(text, field)
         self.plan.encoded[id(value)] = (value, text, members)
         return hashlib.sha256(data).hexdigest()
+
+    def same_text(self, copy: Any, source: Any) -> None:
+        """``copy``, made equal to ``source``, has its canonical text when this plan
+        made that text (:attr:`Plan.encoded`): a node's input that passes on the output
+        committed in the same transaction is not encoded again to be hashed and stored."""
+        known = self.plan.encoded.get(id(source))
+        if known is not None and known[0] is source and copy is not source:
+            self.plan.encoded[id(copy)] = (copy, known[1], known[2])
 
     def write(self, snap: Snapshot) -> None:
         # A rule that made the snapshot with ``last_updated=b.now`` saves a copy here.
@@ -508,6 +523,9 @@ class _Builder:
             ctx.update(item)
         params = {"input": named("input template", template.render_value, node.input,
                                  ctx)}
+        source = passed_output(node)
+        if source is not None:  # the input is a copy of that output: the same text
+            self.same_text(params["input"], ctx["nodes"][source]["output"])
         # `input` is the task input in every template; a prompt and a gate's description
         # also read the node's own rendered input as `node.input`.
         own = {**ctx, "node": {"id": node.id, "input": params["input"]}}

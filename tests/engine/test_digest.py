@@ -13,6 +13,9 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from axengine import template
+from axengine.dag import load_dag_text
+from axengine.engine._refs import passed_output
 from axengine.engine._rules import Plan, _Builder, sha256_json
 from axengine.limits import canonical_json, canonical_list, canonical_parts
 from axengine.testing import AsyncAxTestEngine
@@ -101,10 +104,51 @@ def test_an_output_and_its_rendered_input_are_encoded_once_per_write(
     assert use.input == params
     assert use.input_revision == sha256_json([run.task_id, "use", params])
     # Each text of the value made: make's output checked by the runner, then hashed
-    # and stored from one text; use's input, made of it, hashed and stored from one text
-    # when readied (its per-key copy, input_params, too), that text kept for the writes
-    # of use's snapshot that follow (its completion). Three; it was eight.
-    assert times == 3, written
+    # and stored from one text. use's input passes that output on (a copy of it): it
+    # is hashed and stored from the same text when readied (its per-key copy,
+    # input_params, too), that text kept for the writes of use's snapshot that follow
+    # (its completion). Two; it was eight, then three.
+    assert times == 2, written
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=JSON, form=st.sampled_from(["{{ .nodes.make.output }}", "  {{nodes.make.output}}\n",
+                                         "{{  .nodes.make.output  }}"]))
+def test_an_input_that_passes_an_output_on_renders_equal_to_it(value: Any, form: str) -> None:
+    # What lets such an input take the output's text (passed_output): its rendering is
+    # equal to the output, of the same types, so its canonical JSON is the same.
+    node = load_dag_text(DAG.replace('"{{ .nodes.make.output }}"', repr(form)
+                                     .replace("'", '"'))).node("use")
+    assert passed_output(node) == "make"
+    rendered = template.render_value(node.input, template.template_context(
+        input={}, nodes={"make": value}))
+    assert rendered == value and _types(rendered) == _types(value)
+    try:
+        expected = canonical_json(value)
+    except Exception as exc:  # (a lone surrogate in a text)
+        expected = repr(exc)
+    try:
+        got = canonical_json(rendered)
+    except Exception as exc:
+        got = repr(exc)
+    assert got == expected
+
+
+def _types(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _types(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_types(v) for v in value]
+    return type(value).__name__
+
+
+def test_only_a_whole_output_is_passed_on() -> None:
+    for source in ("{{ .nodes.make.output.items }}", "{{ .nodes.make.output | tojson }}",
+                   "x {{ .nodes.make.output }}", "{{ .nodes.make.output }}{{ .input }}",
+                   "{{- .nodes.make.output -}}", "{{ .input }}"):
+        node = load_dag_text(DAG.replace('"{{ .nodes.make.output }}"', repr(source)
+                                         .replace("'", '"'))).node("use")
+        assert passed_output(node) is None, source
 
 
 @settings(max_examples=300, deadline=None)
