@@ -3,12 +3,13 @@ real etcd + Redis.
 
 One workload = one shape submitted ``tasks`` times with at most ``inflight`` tasks
 unfinished, run by one :class:`~axengine.worker.Worker` (no-op handler) and the
-reconciler, as :class:`~axengine.local.LocalSession` wires them, except that the store and
-queue are wrapped in counting proxies and the reconciler passes every 0.5 s
+reconciler, as :class:`~axengine.local.LocalSession` wires them, except that the store
+and queue are wrapped in counting proxies and the reconciler passes every 0.5 s
 (``reconcile_interval``; a session's default is 2 s, ``ax api``'s 1 s): a long workload
-pays its passes over the active snapshots more often than a session would. The timed window runs from the first
-submit to the moment the last task is final (seen through an engine listener, no
-polling). Afterwards the timelines give each node's ``ready`` → ``committed`` time.
+pays its passes over the active snapshots more often than a session would. The timed
+window runs from the first submit to the moment the last task is final (seen through an
+engine listener, no polling). Afterwards the timelines give each node's ``ready`` →
+``committed`` time.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ result as one ``BENCH-RESULT {json}`` line on stdout.
 
 Usage: ``python -m bench.child < spec.json`` where ``spec["part"]`` names the module
 (``floor``, ``axrun``, ``peer``, ``dbos``, ``sdk``, ``reconciler``, ``api``,
-``validation``).
+``validation``, ``payload``).
 """
 
 from __future__ import annotations
@@ -40,6 +40,8 @@ def main() -> int:
         from bench import api as module  # type: ignore[no-redef]
     elif part == "validation":
         from bench import validation as module  # type: ignore[no-redef]
+    elif part == "payload":
+        from bench import payload as module  # type: ignore[no-redef]
     else:
         raise SystemExit(f"unknown part {part!r}")
     load_before, t = load(), time.perf_counter()

@@ -1,6 +1,7 @@
 """Large values passed node to node: ax (``ax.open``, and ``AxTestEngine``) against
-LangGraph on one shape, measured apart from ``bench/run`` (whose nodes pass a few bytes;
-it has no target for this yet).
+LangGraph on one shape. ``bench/run`` runs ``ax.open`` and LangGraph in its ``payload``
+section, in rounds (a comparison without a target: the issue's targets are for nodes
+that pass a few bytes); this module's command line runs the three sides once each.
 
 The shape: a chain of ``--nodes`` nodes, each handing the next the value it was given —
 ax's ``echo`` tool with ``input: "{{ .nodes.<previous>.output }}"``; in LangGraph a
@@ -11,6 +12,8 @@ inline). Each side runs ``--runs`` times in one process after one warm-up run; t
 figures are the median run's wall and CPU time per node.
 
 Usage: ``.venv/bin/python -m bench.payload [--nodes 60] [--records 1000] [--runs 3]``
+(``bench.child`` runs one side: ``{"part": "payload", "side": "ax_open", "nodes": 60,
+"records": 1000, "runs": 3}``).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypedDict
 
-__all__ = ["main"]
+__all__ = ["SIDES", "main", "run"]
 
 
 def value(records: int) -> dict[str, Any]:
@@ -117,6 +120,37 @@ def langgraph(home: Path, nodes: int, data: Any, runs: int) -> tuple[float, floa
         return _timed(runs, once)
     finally:
         conn.close()
+
+
+#: The sides, by the name a child's spec gives them.
+SIDES: dict[str, Callable[[Path, int, Any, int], tuple[float, float]]] = {
+    "ax_open": ax_open, "ax_test_engine": ax_test_engine, "langgraph": langgraph,
+}
+
+
+def run(spec: dict[str, Any]) -> dict[str, Any]:
+    """One side (``spec["side"]``, a key of :data:`SIDES`) on the chain of
+    ``spec["nodes"]`` passing ``spec["records"]`` records, median of ``spec["runs"]``.
+
+    Raises:
+        RuntimeError: LangGraph is not installed (``scripts/bootstrap bench`` installs it).
+    """
+    if spec["side"] == "langgraph":
+        try:
+            from langgraph.checkpoint.sqlite import SqliteSaver  # noqa: F401 - checked here
+        except ImportError as exc:
+            raise RuntimeError(f"the peer is not installed ({exc}): run scripts/bootstrap "
+                               "bench (bench/run does)") from exc
+    nodes, records, runs = int(spec["nodes"]), int(spec["records"]), int(spec["runs"])
+    data = value(records)
+    with tempfile.TemporaryDirectory(prefix="ax-bench-payload-") as home:
+        wall, cpu = SIDES[spec["side"]](Path(home), nodes, data, runs)
+    return {"side": spec["side"], "nodes": nodes, "records": records, "runs": runs,
+            "bytes": len(json.dumps(data, separators=(",", ":"), ensure_ascii=False)
+                         .encode()),
+            "wall_s": round(wall, 4), "cpu_s": round(cpu, 4),
+            "wall_per_node_ms": round(wall / nodes * 1000, 4),
+            "cpu_per_node_ms": round(cpu / nodes * 1000, 4)}
 
 
 def main() -> None:

@@ -197,6 +197,21 @@ def _vs_peer(emb: _Result, peers: _Result, scaling: _Result) -> list[dict[str, A
     return out
 
 
+def _vs_payload(payload: _Result) -> list[dict[str, Any]]:
+    """Large values passed node to node: ``ax.open`` against LangGraph (no target)."""
+    ax: Any = payload.get("ax_open")
+    lg: Any = payload.get("langgraph")
+    if not (_ok(ax) and _ok(lg)):
+        return []
+    a, b = _side(ax, "wall_per_node_ms"), _side(lg, "wall_per_node_ms")
+    ratio, rounds = _paired_ratio(a, b)
+    return [_cmp(f"ax.open / LangGraph, chain of {ax.get('nodes')} passing "
+                 f"{ax.get('bytes', 0) / 1000:.0f} KB node to node, wall time per node",
+                 ratio, "(no target)", None,
+                 f"ax.open {a[0]} ms (CPU {ax.get('cpu_per_node_ms')}) vs LangGraph {b[0]} ms "
+                 f"(CPU {lg.get('cpu_per_node_ms')}) per node", rounds=rounds)]
+
+
 def _vs_sdk(sdk: _Result, peers: _Result) -> list[dict[str, Any]]:
     """The SDK as users call it: one-shot ``ax.run`` and the reusable engine."""
     out = []
@@ -322,6 +337,7 @@ def summarize(results: _Result) -> dict[str, Any]:
     comparisons = _vs_peer(emb, peers, _get(results, "scaling") or {})
     comparisons += _vs_sdk(_get(results, "sdk") or {}, peers)
     comparisons += _vs_reconciler(_get(results, "reconciler") or {})
+    comparisons += _vs_payload(_get(results, "payload") or {})
     comparisons += _vs_floor("etcd+Redis in-process", _get(results, "etcd_redis") or {},
                              floors, 0.8)
     if _get(results, "api", "status") == "measured":

@@ -3,18 +3,20 @@ workload, progress lines, and the results files.
 
 Order of the sections: floor → ax embedded and the peers (LangGraph, DBOS), shape by
 shape → the SDK as users call it → ax on etcd + Redis (engine in process) → reconciler
-pass cost → scaling (ax and the peers size by size) → validation → profile → ax through
-API + executors. The private etcd and Redis of the first sections are stopped before the
-API's own topology starts, so no idle server competes for the two cores.
+pass cost → scaling (ax and the peers size by size) → large values (``ax.open`` and
+LangGraph) → validation → profile → ax through API + executors. The private etcd and
+Redis of the first sections are stopped before the API's own topology starts, so no idle
+server competes for the two cores.
 
 The machine's speed drifts by a third within minutes, so a workload measured once lets
 one slow burst decide a ratio. Every workload that a target compares runs
 ``Sizes.rounds`` times, in rounds that take turns (:meth:`Runner._in_rounds`): round 1
-of ax, LangGraph and DBOS, then round 2 of each, and so on; the etcd + Redis and API
-sections measure their floor at the start of every round. Each workload keeps every
-round's result and shows its median round; ``bench.report`` pairs round i of one side
-with round i of the other and judges the median of those ratios. The floor section, the
-reconciler, validation and the profile run once.
+of ax, LangGraph and DBOS, then round 2 of each, and so on (the large values' section:
+ax and LangGraph); the etcd + Redis and API sections measure their floor at the start of
+every round. Each workload keeps every round's result and shows its median round;
+``bench.report`` pairs round i of one side with round i of the other and judges the
+median of those ratios. The floor section, the reconciler, validation and the profile
+run once.
 """
 
 from __future__ import annotations
@@ -100,6 +102,11 @@ class Sizes:
     scale_chain: tuple[int, ...] = (10, 100, 1000, 10_000)
     scale_concurrency: tuple[int, ...] = (1, 10, 100)
     scale_tasks: int = 300
+    #: Large values: a chain of ``payload_nodes`` passing ``payload_records`` records
+    #: (1,000: about 60 KB of JSON) node to node, median of ``payload_runs`` per round.
+    payload_nodes: int = 60
+    payload_records: int = 1000
+    payload_runs: int = 3
     #: Validation and profile.
     validation_nodes: int = 10_000
     profile_chain: int = 1000
@@ -123,6 +130,7 @@ QUICK = Sizes(
     api_chain_default=3, api_chain_fast=5, api_fin_seq_default=1, api_fin_seq_fast=2,
     api_fin_conc=6, api_fanout=5,
     scale_chain=(10, 30), scale_concurrency=(1, 5), scale_tasks=10,
+    payload_nodes=10, payload_records=200, payload_runs=1,
     validation_nodes=200, profile_chain=20, latency_tasks=10, timeout=120.0,
 )
 
@@ -208,7 +216,7 @@ class Runner:
     """
 
     SECTIONS = ("floor", "embedded", "peer", "sdk", "etcd_redis", "reconciler", "scaling",
-                "validation", "profile", "api")
+                "payload", "validation", "profile", "api")
 
     def __init__(self, sizes: Sizes, progress: Progress,
                  sections: tuple[str, ...] | None = None,
@@ -637,6 +645,21 @@ class Runner:
             return None
         run = self.results.get(section, {}).get(engine, {}).get("chain")
         return run if run and "error" not in run else None
+
+    def _run_payload(self) -> None:
+        """A chain passing a large value node to node (:mod:`bench.payload`): ``ax.open``
+        and LangGraph, their rounds taking turns."""
+        s = self.sizes
+        with self._section("payload") as out:
+            spec = {"part": "payload", "nodes": s.payload_nodes,
+                    "records": s.payload_records, "runs": s.payload_runs}
+            self._in_rounds([
+                self._child_turn(out, side, f"payload: {label}, chain of {s.payload_nodes} "
+                                 f"passing {s.payload_records:,} records",
+                                 {**spec, "side": side},
+                                 lambda r: f"{r['wall_per_node_ms']} ms per node "
+                                 f"({r['bytes']:,} bytes)")
+                for side, label in (("ax_open", "ax.open"), ("langgraph", "LangGraph"))])
 
     def _run_validation(self) -> None:
         with self._section("validation") as out:

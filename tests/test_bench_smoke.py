@@ -87,7 +87,8 @@ FLOOR_AND_SMALL = ("floor", "reconciler", "validation", "profile")
 
 
 def test_the_runs_cover_every_section() -> None:
-    covered = {*FLOOR_AND_SMALL, "embedded", "peer", "sdk", "scaling", "etcd_redis", "api"}
+    covered = {*FLOOR_AND_SMALL, "embedded", "peer", "sdk", "scaling", "etcd_redis", "api",
+               "payload"}
     assert covered == set(Runner.SECTIONS)
 
 
@@ -246,6 +247,25 @@ def test_the_reusable_engine_takes_turns_with_the_peers(tmp_path: Path) -> None:
     names = [c["name"] for c in results["summary"]["comparisons"]]
     assert any(n.startswith("reusable engine / ") for n in names) or any(
         _peer_missing(r) for r in results["peer"]["langgraph"].values())
+
+
+def test_large_values_take_turns_with_langgraph(tmp_path: Path) -> None:
+    results, markdown, log = _bench(tmp_path, ("payload",))
+    _take_turns(log, ("payload: ax.open", "payload: LangGraph"))
+    payload = results["payload"]
+    _keeps_every_round("payload/ax_open", payload["ax_open"])
+    ax = payload["ax_open"]
+    assert (ax["nodes"], ax["records"]) == (QUICK.payload_nodes, QUICK.payload_records)
+    assert ax["bytes"] > QUICK.payload_records * 50  # (the records' JSON, not a stub)
+    assert ax["cpu_s"] > 0 and ax["wall_per_node_ms"] > 0
+    if _peer_missing(payload["langgraph"]):
+        return
+    assert payload["langgraph"]["bytes"] == ax["bytes"]
+    row = next(c for c in results["summary"]["comparisons"]
+               if c["name"].startswith("ax.open / LangGraph, chain of"))
+    assert row["target"] == "(no target)" and row["value"] > 0
+    assert len(row["rounds"]) == QUICK.rounds
+    assert row["name"] in markdown
 
 
 def test_scaling_by_tasks_in_flight(tmp_path: Path) -> None:
