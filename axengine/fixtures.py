@@ -25,7 +25,6 @@ import copy
 import dataclasses
 import difflib
 import functools
-import hashlib
 import json
 import os
 import re
@@ -42,12 +41,12 @@ from axengine.errors import DagError, InputError
 from axengine.limits import (
     FileTooLarge,
     NotRegularFile,
-    canonical_json,
     check_json_value,
     finite_float,
     finite_number,
     is_utf8,
     read_regular,
+    sha256_json,
     short_repr,
 )
 from axengine.records import BlobRef, NextHop
@@ -665,11 +664,6 @@ def _scrub(value: Any, secrets: Sequence[str]) -> Any:
     return value
 
 
-def _sha256_json(value: Any) -> str:
-    # The engine's sha256_json: the hash of ax's canonical JSON.
-    return hashlib.sha256(canonical_json(value).encode()).hexdigest()
-
-
 def _rehash(data: dict[str, Any], original: Mapping[str, Any]) -> None:
     """Recompute the hashes of what redaction changed."""
     task = data["task"]
@@ -681,7 +675,7 @@ def _rehash(data: dict[str, Any], original: Mapping[str, Any]) -> None:
     for snap in data["snapshots"]:
         was = before[snap["node_id"]]
         if snap.get("output_sha256") and snap.get("output") != was.get("output"):
-            snap["output_sha256"] = _sha256_json(snap.get("output"))
+            snap["output_sha256"] = sha256_json(snap.get("output"))
         if snap.get("input_revision") and snap.get("input") != was.get("input"):
-            snap["input_revision"] = _sha256_json([snap["task_id"], snap["node_id"],
+            snap["input_revision"] = sha256_json([snap["task_id"], snap["node_id"],
                                                    snap.get("input")])

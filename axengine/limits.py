@@ -25,6 +25,7 @@ of printable text, a bounded number of each, and the ``ax.`` prefix kept for ax'
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -57,6 +58,7 @@ __all__ = [
     "parse_json_text",
     "past_int_digits",
     "read_regular",
+    "sha256_json",
     "short_repr",
 ]
 
@@ -187,6 +189,17 @@ def check_labels(labels: Mapping[str, str]) -> None:
         if not value.isprintable():  # (a lone surrogate is not printable either)
             raise InputError(f"labels.{key}: the value must be printable text (no control "
                              "characters, line breaks or lone surrogates)")
+
+
+def sha256_json(value: Any, field: str = "value") -> str:
+    """sha256 hex of the canonical JSON of ``value`` (:func:`canonical_bytes`): the hash
+    of an output or a rendered input the engine stores, and that a fixture's edits are
+    hashed with again.
+
+    Raises:
+        InputError: As :func:`canonical_bytes`; the message names ``field``.
+    """
+    return hashlib.sha256(canonical_bytes(value, field)).hexdigest()
 
 
 def canonical_bytes(value: Any, field: str = "value") -> bytes:

@@ -44,6 +44,7 @@ from axengine.limits import (
     canonical_list,
     canonical_parts,
     json_text_bytes,
+    sha256_json,
 )
 from axengine.records import (
     COMPOSITE_OWNERS,
@@ -170,16 +171,6 @@ class Plan:
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def sha256_json(value: Any, field: str = "value") -> str:
-    """sha256 hex of the canonical JSON of ``value`` (:func:`axengine.limits.canonical_json`).
-
-    Raises:
-        InputError: ``value`` is not standard JSON (a template rendered NaN, say); the
-            message names ``field``.
-    """
-    return hashlib.sha256(canonical_bytes(value, field)).hexdigest()
 
 
 #: How a rendered input that JSON cannot hold is named in the node's failure.
