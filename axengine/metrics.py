@@ -182,6 +182,13 @@ class AxMetrics:
         self.stall_verdicts = Counter("ax_stall_verdicts_total",
                                       "Blocking verdicts recorded on running nodes",
                                       ["action"], registry=r)
+        self.takes_waiting = Gauge(
+            "ax_api_takes_waiting",
+            "Executors' Takes waiting at this API server for a submit", registry=r)
+        self.takes = Counter(
+            "ax_api_takes_total", "Executors' Takes ended at this API server, by result "
+            "(claimed: a submit claimed a first node for it; empty: its wait ended; lost: "
+            "it ended while a submit claimed for it)", ["result"], registry=r)
         self.dropped = Counter("ax_metrics_dropped_total",
                                "Listener records dropped before a drain", registry=r)
         r.register(LLM_REQUEST_SECONDS)

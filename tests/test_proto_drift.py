@@ -97,7 +97,7 @@ def test_services_expose_the_designed_methods() -> None:
     }
     assert set(services["ExecutorService"].methods_by_name) == {
         "Claim", "Heartbeat", "Progress", "Checkpoint", "Complete", "EffectBegin",
-        "EffectDone", "EffectGet", "GetRun",
+        "EffectDone", "EffectGet", "GetRun", "Take",
     }
     watch = services["AxService"].methods_by_name["WatchTask"]
     assert watch.server_streaming

@@ -17,6 +17,7 @@ import asyncio
 import functools
 import importlib
 import logging
+import math
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import replace
 from typing import Any, TypeVar
@@ -26,6 +27,7 @@ from axengine.api import _ops as ops
 from axengine.api._auth import ANONYMOUS, Authenticator, Principal
 from axengine.api._errors import public_message, status_of
 from axengine.api._quotas import UNLIMITED, Quotas
+from axengine.api._takers import MAX_TAKE_WAIT, Takers
 from axengine.engine import (
     RERUN,
     ClaimResult,
@@ -80,9 +82,11 @@ def _metadata(context: Any, name: str) -> str | None:
 
 class _Base:
     def __init__(self, *, engine: Engine, auth: Authenticator | None, metrics: AxMetrics,
-                 stopping: asyncio.Event, quotas: Quotas = UNLIMITED) -> None:
+                 stopping: asyncio.Event, quotas: Quotas = UNLIMITED,
+                 takers: Takers | None = None) -> None:
         self.engine = engine
         self.quotas = quotas
+        self.takers = takers
         self.auth = auth
         self.metrics = metrics
         self.stopping = stopping
@@ -137,7 +141,7 @@ class AxServicer(_Base):
             self.engine, dag, task_input, idempotency_key=request.idempotency_key,
             labels=dict(request.labels), priority=request.priority,
             deadline_seconds=request.deadline_seconds or None, principal=who,
-            quotas=self.quotas)
+            quotas=self.quotas, takers=self.takers)
         self.metrics.track_lanes(node.lane for node in dag.nodes.values())
         task = await ops.require_task(self.engine, result.task_id)
         return pb.SubmitTaskReply(task=task_pb(task), created=result.created)
@@ -292,6 +296,22 @@ class ExecutorServicer(_Base):
             return pb.ClaimReply(result=pb.CLAIM_RESULT_NOT_YET, reason=claim.reason,
                                  not_before=self.engine.clock() + claim.retry_after)
         return pb.ClaimReply(result=pb.CLAIM_RESULT_NOT_CLAIMABLE, reason=claim.reason)
+
+    @rpc("executor")
+    async def Take(self, request: Any, context: Any, who: Principal) -> Any:
+        if not request.worker_id:
+            raise InputError("worker_id is required")
+        if not request.lanes:
+            raise InputError("lanes: name at least one lane the worker serves")
+        if not 0 <= request.wait_seconds < math.inf or not 0 <= request.lease_seconds < math.inf:
+            raise InputError("wait_seconds and lease_seconds must be finite and not negative")
+        wait = min(request.wait_seconds, MAX_TAKE_WAIT)
+        claim = None
+        if self.takers is not None and wait > 0 and not self.stopping.is_set():
+            claim = await self.takers.wait(request.worker_id, request.lanes,
+                                           lease_seconds=request.lease_seconds or None,
+                                           timeout=wait)
+        return pb.TakeReply(claim=_claimed_pb(claim)) if claim is not None else pb.TakeReply()
 
     @rpc("executor")
     async def GetRun(self, request: Any, context: Any, who: Principal) -> Any:
@@ -480,9 +500,9 @@ class ExecutorServicer(_Base):
 
 def add_services(server: Any, *, engine: Engine, auth: Authenticator | None,
                  metrics: AxMetrics, stopping: asyncio.Event,
-                 quotas: Quotas = UNLIMITED) -> None:
+                 quotas: Quotas = UNLIMITED, takers: Takers | None = None) -> None:
     """Register both services on a ``grpc.aio`` server."""
     common: dict[str, Any] = {"engine": engine, "auth": auth, "metrics": metrics,
-                              "stopping": stopping, "quotas": quotas}
+                              "stopping": stopping, "quotas": quotas, "takers": takers}
     pb_grpc.add_AxServiceServicer_to_server(AxServicer(**common), server)
     pb_grpc.add_ExecutorServiceServicer_to_server(ExecutorServicer(**common), server)

@@ -22,6 +22,7 @@ from axengine import codec, limits
 from axengine.api._auth import Principal
 from axengine.api._parsing import off_loop
 from axengine.api._quotas import UNLIMITED, Quotas, active_refusal, check_submit
+from axengine.api._takers import Takers
 from axengine.dag import Dag, load_dag_mapping, load_dag_text
 from axengine.engine import (
     Engine,
@@ -196,13 +197,18 @@ async def require_task(engine: Engine, task_id: str) -> TaskRecord:
 async def submit_task(engine: Engine, dag: Dag, task_input: Any, *, idempotency_key: str,
                       labels: Mapping[str, str], priority: int,
                       deadline_seconds: float | None, principal: Principal,
-                      quotas: Quotas = UNLIMITED) -> SubmitResult:
+                      quotas: Quotas = UNLIMITED,
+                      takers: Takers | None = None) -> SubmitResult:
     """Submit as ``principal`` (recorded as ``submitted_by``; idempotency keys are
     scoped to it). The deployment's quotas are checked first; a refused request writes
     nothing. The engine decides an idempotency key atomically in the submit's
     transaction (a repeat returns the task it made, another payload is a conflict and
     stores nothing), so the key is read here only when the active-task quota would
     refuse: a repeat creates nothing and is not refused.
+
+    With an executor's Take waiting in ``takers``, the submit's transaction also claims
+    the task's first node for that executor when it can, and the Take is answered with
+    the claim (:mod:`axengine.api._takers`).
 
     Raises:
         InputError: Bad input, or a timeout/deadline above the quotas (400).
@@ -217,9 +223,26 @@ async def submit_task(engine: Engine, dag: Dag, task_input: Any, *, idempotency_
     refusal = await active_refusal(engine, principal, quotas)
     if refusal is not None and not await _is_repeat(engine, principal, idempotency_key):
         raise refusal
-    return await engine.submit(dag, task_input, idempotency_key=idempotency_key,
-                               labels=dict(labels), priority=priority,
-                               deadline_seconds=deadline_seconds, submitted_by=principal.name)
+    taker = (takers.reserve(dag.node(n).lane for n in dag.entry_nodes)
+             if takers is not None else None)
+    if taker is None:
+        return await engine.submit(dag, task_input, idempotency_key=idempotency_key,
+                                   labels=dict(labels), priority=priority,
+                                   deadline_seconds=deadline_seconds,
+                                   submitted_by=principal.name)
+    assert takers is not None
+    claim = None
+    try:
+        result = await engine.submit(
+            dag, task_input, idempotency_key=idempotency_key, labels=dict(labels),
+            priority=priority, deadline_seconds=deadline_seconds,
+            submitted_by=principal.name, claim_for=taker.worker_id,
+            claim_lanes=taker.lanes, lease_seconds=taker.lease_seconds)
+        if result.next is not None and result.next.request is not None:
+            claim = result.next
+    finally:
+        takers.answer(taker, claim)
+    return result
 
 
 async def _is_repeat(engine: Engine, principal: Principal, key: str) -> bool:

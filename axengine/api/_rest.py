@@ -78,6 +78,7 @@ from axengine.api._models import (
     ValidateReply,
 )
 from axengine.api._quotas import UNLIMITED, Quotas
+from axengine.api._takers import Takers
 from axengine.api._ui import (
     SecurityHeadersMiddleware,
     csrf_refusal,
@@ -500,7 +501,7 @@ async def _probe(what: Awaitable[Any]) -> str:
 def create_app(*, engine: Engine, auth: Authenticator | None, metrics: AxMetrics,
                stopping: asyncio.Event | None = None,
                max_body_bytes: int = DEFAULT_MAX_BODY_BYTES,
-               quotas: Quotas = UNLIMITED) -> FastAPI:
+               quotas: Quotas = UNLIMITED, takers: Takers | None = None) -> FastAPI:
     """Build the REST application.
 
     Args:
@@ -511,6 +512,8 @@ def create_app(*, engine: Engine, auth: Authenticator | None, metrics: AxMetrics
         stopping: Set when the server shuts down: watch streams end, readiness fails.
         max_body_bytes: Largest request body accepted (413 above).
         quotas: What a submitter may ask for (timeouts, deadline, active tasks).
+        takers: Executors' Takes waiting at this server: a submit claims its first
+            node for one (None: every first node goes through the queue).
     """
     stop = stopping or asyncio.Event()
     app = FastAPI(
@@ -571,7 +574,7 @@ def create_app(*, engine: Engine, auth: Authenticator | None, metrics: AxMetrics
         result = await ops.submit_task(
             engine, dag, task_input, idempotency_key=key, labels=body.labels,
             priority=body.priority, deadline_seconds=body.deadline_seconds,
-            principal=who, quotas=quotas)
+            principal=who, quotas=quotas, takers=takers)
         metrics.track_lanes(node.lane for node in dag.nodes.values())
         reply = {"task_id": result.task_id, "created": result.created, "dag_hash": dag.hash}
         return _json_response(201 if result.created else 200, reply)

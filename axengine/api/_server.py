@@ -34,6 +34,7 @@ from axengine.api._grpc_auth import AuthInterceptor
 from axengine.api._grpc_decode import DecodeInterceptor
 from axengine.api._quotas import Quotas
 from axengine.api._rest import DEFAULT_MAX_BODY_BYTES, create_app
+from axengine.api._takers import Takers
 from axengine.config import AxConfig
 from axengine.credentials import redact_url
 from axengine.engine import Engine, EngineConfig
@@ -147,6 +148,9 @@ class ApiServer:
         self.options = options
         self.metrics = AxMetrics()
         self.stopping = asyncio.Event()
+        #: Executors' Takes waiting for a submit to hand them a first node.
+        self.takers = Takers(on_end=lambda result: self.metrics.takes.labels(result).inc())
+        self.metrics.takes_waiting.set_function(self.takers.__len__)
         executor = None
         if options.run_worker:
             executor = ExecutorSpec(
@@ -189,7 +193,7 @@ class ApiServer:
         sock = _bind(host, port)
         app = create_app(engine=self.engine, auth=self.options.auth, metrics=self.metrics,
                          stopping=self.stopping, max_body_bytes=self.options.max_body_bytes,
-                         quotas=self.options.quotas)
+                         quotas=self.options.quotas, takers=self.takers)
         config = uvicorn.Config(app, lifespan="off", log_config=None, log_level="warning",
                                 access_log=False, ws="none",
                                 timeout_graceful_shutdown=int(self.options.shutdown_grace))
@@ -218,7 +222,8 @@ class ApiServer:
                 ("grpc.so_reuseport", 0),
             ])
         add_services(server, engine=self.engine, auth=self.options.auth,
-                     metrics=self.metrics, stopping=self.stopping, quotas=self.options.quotas)
+                     metrics=self.metrics, stopping=self.stopping, quotas=self.options.quotas,
+                     takers=self.takers)
         try:
             bound = server.add_insecure_port(_format(host, port))
         except RuntimeError as exc:
@@ -247,6 +252,7 @@ class ApiServer:
             return
         self._started = False
         self.stopping.set()
+        self.takers.close()
         await self._shutdown_listeners()
         await self.process.shutdown()
 

@@ -273,7 +273,10 @@ class _Builder:
             self._undo[-1].setdefault(snap.node_id, self.plan.writes.get(snap.node_id))
         self.plan.writes[snap.node_id] = snap
 
-    def event(self, kind: str, snap: Snapshot | None = None, detail: str = "") -> None:
+    def event(self, kind: str, snap: Snapshot | None = None, detail: str = "", *,
+              actor: str = "") -> None:
+        """Record an event of ``snap``'s node (None: of the task) by ``actor`` (default:
+        who the transition is by)."""
         self.plan.events.append(
             Event(
                 task_id=self.view.task.task_id,
@@ -284,7 +287,7 @@ class _Builder:
                 state=snap.state.value if snap else "",
                 attempt=snap.attempt if snap else 0,
                 fence=snap.fence if snap else 0,
-                actor=self.actor,
+                actor=actor or self.actor,
                 detail=detail,
             )
         )
@@ -709,7 +712,8 @@ def _take(b: _Builder, node: Node, snap: Snapshot, *, worker: str, lease: float)
         attempt_timeout=timeout, last_updated=now,
     )
     b.write(claimed)
-    b.event("claimed", claimed, why)
+    # By the worker it is claimed for, whoever's transaction claims it (a submit's).
+    b.event("claimed", claimed, why, actor=worker)
     return claimed
 
 

@@ -98,6 +98,18 @@ class SubmittingEngine(EngineClient, Protocol):
         ...
 
 
+@runtime_checkable
+class TakingEngine(EngineClient, Protocol):
+    """A remote API as an executor's worker sees it: it also holds a worker's free slot
+    for the next task submitted there, whose first node the submit claims for it
+    (``ExecutorService.Take``; :mod:`axengine.api._takers`)."""
+
+    async def take(self, *, worker: str, lanes: Iterable[str], wait_seconds: float,
+                   lease_seconds: float | None = None) -> Any:
+        """A ``claimed`` ClaimResult, or None when no task came within ``wait_seconds``."""
+        ...
+
+
 class FencedOut(Conflict):
     """Raised into a handler by an outbox call answered ``stale``: another worker owns
     the node, so this run must not perform (or record) the effect. The run is already

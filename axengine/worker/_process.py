@@ -45,7 +45,7 @@ from axengine.queue import (
     WorkItem,
     WorkQueue,
 )
-from axengine.worker._context import EngineClient, RunContext, SubmittingEngine
+from axengine.worker._context import EngineClient, RunContext, SubmittingEngine, TakingEngine
 from axengine.worker._runner import THREAD, Runner
 from axengine.worker._worker import Worker
 from executors.contract import Handler, NodeRequest, Unavailable
@@ -248,6 +248,17 @@ class _Tracking:
         return await self.inner.get_run(task_id, node_id, fence=fence)
 
 
+class _TakingTracking(_Tracking):
+    """:class:`_Tracking` of a client that can take work at the API (``take``)."""
+
+    async def take(self, **options: Any) -> Any:
+        """The inner client's ``take`` (a remote API's ``Take``), its claim tracked."""
+        claim = await cast(TakingEngine, self.inner).take(**options)
+        if claim is not None:
+            self._claimed(claim)
+        return claim
+
+
 class Executor:
     """A :class:`Worker` with graceful shutdown and hand-back of unfinished nodes.
 
@@ -312,7 +323,8 @@ class Executor:
         self.runner = runner
         self._handler = handler
         self._flights: dict[tuple[str, str], _Flight] = {}
-        self._tracking = _Tracking(engine, self._flights, observe)
+        tracking = _TakingTracking if isinstance(engine, TakingEngine) else _Tracking
+        self._tracking = tracking(engine, self._flights, observe)
         self.worker: Worker | None = None
         self.report = ShutdownReport(worker_id=self.worker_id)
 

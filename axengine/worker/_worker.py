@@ -30,7 +30,7 @@ from axengine.queue import (
     WorkItem,
     WorkQueue,
 )
-from axengine.worker._context import EngineClient, RunContext, SubmittingEngine
+from axengine.worker._context import EngineClient, RunContext, SubmittingEngine, TakingEngine
 from axengine.worker._runner import (
     THREAD,
     Reported,
@@ -48,6 +48,12 @@ log = logging.getLogger("axengine.worker")
 #: While the fast lane holds its share of the slots, how often the other lanes are
 #: looked at when nothing else happens (a freed fast slot is filled at once).
 CAPPED_POLL = 0.02
+
+#: Longest wait of one Take at the API (an executor's free slot waiting there for the
+#: next task submitted, while the serving loop keeps popping the queue).
+TAKE_WAIT = 10.0
+#: Pause before taking at the API again after a Take failed (the queue serves meanwhile).
+TAKE_RETRY = 5.0
 
 #: Seconds the activity sent with a heartbeat covers: the thresholds of "work" are per
 #: minute, and a minute smooths a run that works in bursts (axengine.activity).
@@ -190,6 +196,11 @@ class Worker:
         #: True while the serving loop waits in a pop on all its lanes (a slot is free):
         #: an item queued meanwhile goes to that slot at once.
         self._polling = False
+        #: Set when the serving loop starts waiting in a pop with another slot free: a
+        #: remote engine's worker then waits at the API too (:meth:`_take_loop`).
+        self._take_wake = asyncio.Event()
+        #: The Take in flight, cancelled at the stop.
+        self._take_call: asyncio.Future[Any] | None = None
         #: Emits a span per node attempt when this process traces (docs/tracing.md).
         self.tracing = tracing.current()
 
@@ -211,6 +222,8 @@ class Worker:
         wake = getattr(self.queue, "wake", None)
         waker = (asyncio.create_task(self._wake_at(stop, wake)) if wake is not None
                  else None)
+        taker = (asyncio.create_task(self._take_loop(stop, slots, self.engine))
+                 if isinstance(self.engine, TakingEngine) else None)
         try:
             while not stop.is_set():
                 await slots.acquire()
@@ -230,6 +243,8 @@ class Worker:
                         continue
                 else:
                     self._polling = True
+                    if not slots.locked():
+                        self._take_wake.set()
                     try:
                         item = await self.queue.pop(self.worker_id, lanes=self.lanes,
                                                     timeout=self.poll_timeout,
@@ -247,6 +262,12 @@ class Worker:
                 waker.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await waker
+            if taker is not None:
+                # A Take still waiting ends; a claim it brought has its slot started.
+                if self._take_call is not None:
+                    self._take_call.cancel()
+                self._take_wake.set()
+                await asyncio.gather(taker, return_exceptions=True)
             # (A submit may still hand a claimed node to a slot while these finish.)
             while self._active or self._claiming:
                 await asyncio.gather(*self._active, *self._claiming,
@@ -254,6 +275,52 @@ class Worker:
             self._slots = None
             for each in self.runners.values():
                 await each.close()
+
+    async def _take_loop(self, stop: asyncio.Event, slots: asyncio.Semaphore,
+                         engine: TakingEngine) -> None:
+        """While the serving loop waits in a pop with another slot free, wait at the API
+        as well (``take``): the next task submitted there has its first node claimed
+        for this worker in the submit's transaction, and a slot runs it at once — the
+        node costs no queue round trip and no claim of its own, as in an embedded
+        session (:meth:`submit`). The queue keeps being popped meanwhile (tasks
+        submitted through other API servers, nodes readied later)."""
+        while not stop.is_set():
+            await self._take_wake.wait()
+            self._take_wake.clear()
+            while self._polling and not slots.locked() and not stop.is_set():
+                asked = self.clock.monotonic()
+                call = self._take_call = asyncio.ensure_future(engine.take(
+                    worker=self.worker_id, lanes=self._lanes_open(self._fast_in_flight),
+                    wait_seconds=TAKE_WAIT, lease_seconds=self.lease_seconds))
+                try:
+                    claim: ClaimResult | None = await call
+                except asyncio.CancelledError:
+                    if stop.is_set():
+                        return  # (the stop ended the wait)
+                    raise
+                except AxError as exc:
+                    log.warning("worker %s: waiting at the API for work failed (%s); the "
+                                "queue serves, trying again in %.0fs", self.worker_id, exc,
+                                TAKE_RETRY)
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stop.wait(), TAKE_RETRY)
+                    continue
+                finally:
+                    self._take_call = None
+                if claim is None or claim.request is None:
+                    if self.clock.monotonic() - asked < TAKE_WAIT / 2:
+                        # Answered at once with nothing (a server that is stopping, or
+                        # holds no Takes): not asked again before the pause.
+                        with contextlib.suppress(TimeoutError):
+                            await asyncio.wait_for(stop.wait(), TAKE_RETRY)
+                    continue
+                # Claimed for this worker: it runs here, in the next slot to free (one
+                # is free as a rule: the Take waited only while one was).
+                await slots.acquire()
+                lane = str(claim.request.config.get("lane", DEFAULT_LANE))
+                if lane == FAST_LANE:
+                    self._fast_in_flight += 1
+                self._start_slot(claim, lane, slots)
 
     async def _wake_at(self, stop: asyncio.Event,
                        wake: Callable[[str], Awaitable[None]]) -> None:

@@ -172,12 +172,13 @@ class GrpcEngineClient:
         await self.close()
 
     async def _call(self, what: str, method: Callable[..., Awaitable[Any]],
-                    request: Any) -> Any:
+                    request: Any, *, timeout: float | None = None) -> Any:
         give_up = time.monotonic() + self.retry_for
         delay = INITIAL_BACKOFF
         while True:
             try:
-                return await method(request, timeout=self.timeout, metadata=self._metadata)
+                return await method(request, timeout=timeout or self.timeout,
+                                    metadata=self._metadata)
             except grpc.aio.AioRpcError as exc:
                 pause = random.uniform(0.0, delay)
                 if exc.code() not in _RETRY_CODES or time.monotonic() + pause >= give_up:
@@ -213,6 +214,26 @@ class GrpcEngineClient:
             return ClaimResult("not-claimable", reason=reply.reason)
         raise StoreError(f"claim {task_id}/{node_id}: the API answered an unknown result "
                          f"{result}; is it a newer version than this executor?")
+
+    async def take(self, *, worker: str, lanes: Iterable[str], wait_seconds: float,
+                   lease_seconds: float | None = None) -> ClaimResult | None:
+        """Wait at the API, up to ``wait_seconds``, for a task submitted there whose first
+        node its submit claims for ``worker`` in one of ``lanes`` (``Take``): that claim,
+        or None when none came. An API server older than ``Take`` answers
+        ``UNIMPLEMENTED``, which raises :class:`~axengine.errors.AxError`."""
+        reply = await self._call(
+            f"take for {worker}", self.stub.Take,
+            ax_pb2.TakeRequest(worker_id=worker, lanes=list(lanes),
+                               lease_seconds=lease_seconds or 0.0, wait_seconds=wait_seconds),
+            timeout=wait_seconds + self.timeout)
+        if not reply.HasField("claim"):
+            return None
+        claim = reply.claim
+        if claim.result != ax_pb2.CLAIM_RESULT_CLAIMED or not claim.task_id or not claim.node_id:
+            raise StoreError(f"take for {worker}: the API answered a claim without a "
+                             "claimed node")
+        self._claims[(claim.task_id, claim.node_id)] = (claim.fence, worker)
+        return self._claimed(claim.task_id, claim.node_id, claim)
 
     async def get_run(self, task_id: str, node_id: str, *, fence: int) -> ClaimResult | None:
         """The run of the attempt holding ``fence`` — what its claim answered — or None

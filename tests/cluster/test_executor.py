@@ -17,7 +17,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from axengine.config import AxConfig
 from axengine.dag import load_dag_mapping
@@ -131,6 +133,100 @@ def test_each_executor_announces_its_worker_id(cluster: Topology) -> None:
     assert code == 0
     assert "ax executor: worker exec-named stopped (graceful)" in \
         cluster.executors[named].output()
+
+
+CHAIN_DAG = """\
+name: executor_take_chain
+nodes:
+  first:
+    type: tool_call
+    tool: echo
+    input: "{{ .input.n }}"
+    next: [second]
+  second:
+    type: tool_call
+    tool: echo
+    input: "{{ .nodes.first.output }}"
+"""
+
+
+def test_an_idle_executor_takes_a_new_tasks_first_node_in_the_submits_transaction(
+        cluster: Topology) -> None:
+    # Executors with a slot free wait at the API (Take): a submit there claims its
+    # first node for one of them in its own transaction. The claim then carries the
+    # submit's clock: the same `at` as `submitted` (through the queue, a Claim of its
+    # own comes later). The first task may find no Take waiting yet.
+    with cluster.client() as client:
+        taken = []
+        for n in range(6):
+            task_id = client.submit(CHAIN_DAG, {"n": n}).task_id
+            result = client.wait(task_id, timeout=60)
+            assert result.status == "SUCCEEDED" and result.outputs["second"] == n
+            events = client.events(task_id)
+            submitted = next(e.at for e in events if e.kind == "submitted")
+            claimed = [e.at for e in events if e.kind == "claimed" and e.node_id == "first"]
+            assert len(claimed) == 1, events  # claimed once: no second attempt
+            taken.append(claimed[0] == submitted)
+    assert sum(taken[1:]) == 5, taken
+
+
+def _api_metric(topology: Topology, name: str, **labels: str) -> float | None:
+    """One sample of the API server's ``/metrics``."""
+    text = httpx.get(f"{topology.api_url}/metrics", timeout=10).text
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and sample.labels == labels:
+                return float(sample.value)
+    return None
+
+
+def test_a_take_waits_for_a_submit_and_runs_its_claim_under_the_fence(
+        bare: Topology, bare_client: Any) -> None:
+    claimed_before = _api_metric(bare, "ax_api_takes_total", result="claimed") or 0.0
+    async def scenario() -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        async with GrpcEngineClient(bare.grpc_target, token=bare.executor_token) as c:
+            # Nothing submitted: the wait ends with no claim.
+            began = time.monotonic()
+            seen["idle"] = await c.take(worker="w-take", lanes=["default"],
+                                        wait_seconds=0.3)
+            seen["idle_took"] = time.monotonic() - began
+            # A lane the task's node is not in: the submit goes through the queue.
+            other = asyncio.ensure_future(c.take(worker="w-fast", lanes=["fast"],
+                                                 wait_seconds=1.0, lease_seconds=5))
+            take = asyncio.ensure_future(c.take(worker="w-take", lanes=["default"],
+                                                wait_seconds=20, lease_seconds=5))
+            await asyncio.to_thread(wait_until, lambda: _api_metric(
+                bare, "ax_api_takes_waiting") == 2, 10, what="two Takes waiting at the API")
+            seen["task"] = await asyncio.to_thread(
+                lambda: bare_client.submit(CHAIN_DAG, {"n": 7}).task_id)
+            claim = seen["claim"] = await take
+            seen["other"] = await other
+            request = claim.request
+            seen["late"] = await c.complete(request.task_id, request.node_id,
+                                            fence=request.fence - 1, outcome=Success(0))
+            seen["done"] = await c.complete(request.task_id, request.node_id,
+                                            fence=request.fence, outcome=Success(7))
+        return seen
+
+    seen = asyncio.run(scenario())
+    assert seen["idle"] is None and seen["idle_took"] >= 0.3
+    claim = seen["claim"]
+    assert claim is not None and claim.result == "claimed"
+    assert (claim.request.task_id, claim.request.node_id) == (seen["task"], "first")
+    assert claim.request.input == 7 and claim.request.fence >= 1
+    # Not for the Take of the fast lane, which went on waiting and ended empty.
+    assert seen["other"] is None
+    assert seen["late"] == "stale" and seen["done"] == "committed"
+    snap = node(bare_client, seen["task"], "first")
+    assert snap["state"] == NodeState.SUCCEEDED and snap["owner"] == "w-take"
+    assert snap["output"] == 7
+    # Claimed in the submit's transaction: the same clock as `submitted`.
+    events = bare_client.events(seen["task"])
+    assert next(e.at for e in events if e.kind == "claimed") == \
+        next(e.at for e in events if e.kind == "submitted")
+    assert _api_metric(bare, "ax_api_takes_total", result="claimed") == claimed_before + 1
+    assert _api_metric(bare, "ax_api_takes_waiting") == 0
 
 
 # ---------------------------------------------------------------------- protocol

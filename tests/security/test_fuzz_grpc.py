@@ -18,6 +18,7 @@ must be unchanged (:func:`tests.security.fuzz.unchanged`).
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 from collections.abc import Iterator
@@ -86,6 +87,7 @@ METHODS = (
     "/ax.v1.ExecutorService/EffectDone",
     "/ax.v1.ExecutorService/EffectGet",
     "/ax.v1.ExecutorService/GetRun",
+    "/ax.v1.ExecutorService/Take",
 )
 
 
@@ -121,6 +123,10 @@ _URI = st.one_of(
 )
 _FENCE = st.one_of(st.sampled_from([0, 1, 2, 3, -1, 2**63 - 1, -(2**63), "@fence"]),
                    st.integers(-(2**63), 2**63 - 1))
+#: A Take's wait: hostile values, but no more than a blink when valid (a valid wait
+#: holds the call open that long, up to 30 s, whatever else it carries).
+_WAIT = st.one_of(st.sampled_from([math.nan, math.inf, -math.inf, -1.0, -0.0, 0.0, 1e-300,
+                                   -1e308]), st.floats(0.0, 0.05))
 _DOUBLE = st.one_of(st.floats(), st.sampled_from([0.0, -0.0, 1e-300, 1e308, -1.0, 0.001,
                                                   3600.0, 10**10]))
 
@@ -168,6 +174,8 @@ def _scalar(fd: Any, depth: int) -> st.SearchStrategy[Any]:
         return st.one_of(st.sampled_from(known), st.sampled_from(known),
                          st.integers(-3, 40), st.just(2**31 - 1))
     if t in (_FD.TYPE_DOUBLE, _FD.TYPE_FLOAT):
+        if fd.name == "wait_seconds":
+            return _WAIT
         return _DOUBLE if t == _FD.TYPE_DOUBLE else st.floats(width=32)
     if t in (_FD.TYPE_INT64, _FD.TYPE_SINT64, _FD.TYPE_SFIXED64):
         if fd.name == "fence":
@@ -290,7 +298,8 @@ ALLOWED_WHO = {
     "CancelTask": ("admin",), "RetryTask": ("admin",),
     "ForkTask": ("admin",),
     **{m: ("executor",) for m in ("Claim", "Heartbeat", "Progress", "Checkpoint", "Complete",
-                                  "EffectBegin", "EffectDone", "EffectGet", "GetRun")},
+                                  "EffectBegin", "EffectDone", "EffectGet", "GetRun",
+                                  "Take")},
 }
 
 

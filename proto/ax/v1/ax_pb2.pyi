@@ -578,6 +578,24 @@ class ClaimRequest(_message.Message):
     lease_seconds: float
     def __init__(self, task_id: _Optional[str] = ..., node_id: _Optional[str] = ..., worker_id: _Optional[str] = ..., lease_seconds: _Optional[float] = ...) -> None: ...
 
+class TakeRequest(_message.Message):
+    __slots__ = ("worker_id", "lanes", "lease_seconds", "wait_seconds")
+    WORKER_ID_FIELD_NUMBER: _ClassVar[int]
+    LANES_FIELD_NUMBER: _ClassVar[int]
+    LEASE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    WAIT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    worker_id: str
+    lanes: _containers.RepeatedScalarFieldContainer[str]
+    lease_seconds: float
+    wait_seconds: float
+    def __init__(self, worker_id: _Optional[str] = ..., lanes: _Optional[_Iterable[str]] = ..., lease_seconds: _Optional[float] = ..., wait_seconds: _Optional[float] = ...) -> None: ...
+
+class TakeReply(_message.Message):
+    __slots__ = ("claim",)
+    CLAIM_FIELD_NUMBER: _ClassVar[int]
+    claim: ClaimReply
+    def __init__(self, claim: _Optional[_Union[ClaimReply, _Mapping]] = ...) -> None: ...
+
 class ClaimReply(_message.Message):
     __slots__ = ("result", "fence", "attempt", "node_type", "config_json", "input_json", "labels", "input_revision", "lease_until", "input_ref", "not_before", "reason", "submitted_by", "dag_hash", "checkpoint_json", "resume_json", "timeout", "timeout_grace", "timeout_cap", "node_id", "task_id")
     class LabelsEntry(_message.Message):

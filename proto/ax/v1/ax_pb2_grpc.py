@@ -569,6 +569,11 @@ class ExecutorServiceStub:
                 request_serializer=proto_dot_ax_dot_v1_dot_ax__pb2.ClaimRequest.SerializeToString,
                 response_deserializer=proto_dot_ax_dot_v1_dot_ax__pb2.ClaimReply.FromString,
                 _registered_method=True)
+        self.Take = channel.unary_unary(
+                '/ax.v1.ExecutorService/Take',
+                request_serializer=proto_dot_ax_dot_v1_dot_ax__pb2.TakeRequest.SerializeToString,
+                response_deserializer=proto_dot_ax_dot_v1_dot_ax__pb2.TakeReply.FromString,
+                _registered_method=True)
         self.Heartbeat = channel.unary_unary(
                 '/ax.v1.ExecutorService/Heartbeat',
                 request_serializer=proto_dot_ax_dot_v1_dot_ax__pb2.HeartbeatRequest.SerializeToString,
@@ -618,6 +623,17 @@ class ExecutorServiceServicer:
 
     def Claim(self, request, context):
         """WAITING (or RUNNING with an expired lease) -> RUNNING; fence += 1, attempt += 1.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Take(self, request, context):
+        """Waits, up to wait_seconds, for a task submitted to this API server whose first node
+        it can claim for the worker in its submit's own transaction (no queue round trip,
+        no claim of its own); the reply holds that claim, or no claim when the wait ended.
+        For a worker with a slot free and nothing queued in its lanes; it still pops the
+        queue meanwhile (tasks submitted through other servers, nodes readied later).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -689,6 +705,11 @@ def add_ExecutorServiceServicer_to_server(servicer, server):
                     request_deserializer=proto_dot_ax_dot_v1_dot_ax__pb2.ClaimRequest.FromString,
                     response_serializer=proto_dot_ax_dot_v1_dot_ax__pb2.ClaimReply.SerializeToString,
             ),
+            'Take': grpc.unary_unary_rpc_method_handler(
+                    servicer.Take,
+                    request_deserializer=proto_dot_ax_dot_v1_dot_ax__pb2.TakeRequest.FromString,
+                    response_serializer=proto_dot_ax_dot_v1_dot_ax__pb2.TakeReply.SerializeToString,
+            ),
             'Heartbeat': grpc.unary_unary_rpc_method_handler(
                     servicer.Heartbeat,
                     request_deserializer=proto_dot_ax_dot_v1_dot_ax__pb2.HeartbeatRequest.FromString,
@@ -759,6 +780,33 @@ class ExecutorService:
             '/ax.v1.ExecutorService/Claim',
             proto_dot_ax_dot_v1_dot_ax__pb2.ClaimRequest.SerializeToString,
             proto_dot_ax_dot_v1_dot_ax__pb2.ClaimReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Take(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/ax.v1.ExecutorService/Take',
+            proto_dot_ax_dot_v1_dot_ax__pb2.TakeRequest.SerializeToString,
+            proto_dot_ax_dot_v1_dot_ax__pb2.TakeReply.FromString,
             options,
             channel_credentials,
             insecure,
