@@ -50,8 +50,10 @@ log = logging.getLogger("axengine.worker")
 CAPPED_POLL = 0.02
 
 #: Longest wait of one Take at the API (an executor's free slot waiting there for the
-#: next task submitted, while the serving loop keeps popping the queue).
-TAKE_WAIT = 10.0
+#: next task submitted, while the serving loop keeps popping the queue). Short: a hung
+#: executor (a frozen VM, a stopped process) may be handed a claim for this long after
+#: it hangs; the claim then waits for its lease to lapse, as a crash's would.
+TAKE_WAIT = 2.0
 #: Pause before taking at the API again after a Take failed (the queue serves meanwhile).
 TAKE_RETRY = 5.0
 

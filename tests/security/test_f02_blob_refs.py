@@ -20,9 +20,10 @@ from typing import Any
 import grpc
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.security.conftest import all_logs, http, store_state
-from tests.topology import Topology
+from tests.topology import Topology, wait_until
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -52,6 +53,9 @@ def held(topology: Topology) -> Iterator[tuple[str, str, int]]:
     for index in range(len(topology.executors)):
         topology.pause_executor(index)
     try:
+        # A paused executor's Take may still wait at the API, and a submit would claim
+        # the node for it: the submit comes once every Take has ended.
+        wait_until(lambda: _takes_waiting(topology) == 0, 15, what="no Take at the API")
         with http(topology, "submitter") as client:
             reply = client.post("/v1/tasks", json={"dag": {"name": "f02", "nodes": {
                 "work": {"type": "tool_call", "tool": "echo", "input": {"x": 1}}}}})
@@ -66,6 +70,15 @@ def held(topology: Topology) -> Iterator[tuple[str, str, int]]:
     finally:
         for index in range(len(topology.executors)):
             topology.resume_executor(index)
+
+
+def _takes_waiting(topology: Topology) -> float | None:
+    text = httpx.get(f"{topology.api_url}/metrics", timeout=10).text
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "ax_api_takes_waiting":
+                return float(sample.value)
+    return None
 
 
 def _auth(topology: Topology) -> list[tuple[str, str]]:
