@@ -155,6 +155,16 @@ def in_flight(proc: Proc) -> int:
 LAST_ATTEMPT = 3
 
 
+def attempts_claimed_for(client: Any, tag: str, worker: str) -> list[int]:
+    """Attempts of the nodes of batch ``tag`` RUNNING for ``worker``, as the API has them:
+    with the claims the executor has not heard of yet (made for it in a submit's or a
+    completion's transaction whose answer is on its way), which its log cannot show."""
+    running = client.list_tasks(label=f"batch={tag}", status="RUNNING", limit=10_000)
+    return [node["attempt"] for task in running
+            for node in client.get(task.task_id)["nodes"].values()
+            if node["state"] == "RUNNING" and node["owner"] == worker]
+
+
 def in_flight_attempts(proc: Proc) -> list[int]:
     """Attempt numbers of the nodes the executor's current run is running, from its log."""
     out = proc.output()
@@ -175,8 +185,12 @@ def test_executors_sigkilled_mid_node_lose_and_repeat_nothing(topo: Topology,
             return False  # wait until it is running something
         # A node whose every attempt dies with its worker is indistinguishable from a
         # poison node: on its last attempt a kill makes it DEAD by design (the attempt
-        # budget). Only kill where a retry remains.
-        return max(in_flight_attempts(proc), default=0) < LAST_ATTEMPT
+        # budget). Only kill where a retry remains, in what the executor runs and in
+        # what was claimed for it and is on its way to it.
+        if max(in_flight_attempts(proc), default=0) >= LAST_ATTEMPT:
+            return False
+        held = attempts_claimed_for(client, "kill", topo.worker_id(index))
+        return max(held, default=0) < LAST_ATTEMPT
 
     def kill(preferred: int) -> Callable[[], bool]:
         def action() -> bool:
