@@ -10,6 +10,7 @@ so a lease expiry or a takeover treats it as it treats a popped one.
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -248,6 +249,86 @@ def test_a_stop_during_a_claiming_submit_waits_for_the_node_it_claimed(
         await serving
         n0 = (await engine.get_task(sub.task_id)).snapshots["n0"]
         assert (n0.state, n0.fence) == (NodeState.SUCCEEDED, 1)
+        await store.close()
+
+    run(main())
+
+
+class _TakingEngine:
+    """The in-process engine with a ``take``, as an executor's API client has one: a Take
+    waits for a claim the test makes for it (``hand``), as a submit at the API would."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.waiting = 0
+        self._claims: asyncio.Queue[Any] = asyncio.Queue()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.engine, name)
+
+    async def take(self, *, worker: str, lanes: Any, wait_seconds: float,
+                   lease_seconds: float | None = None) -> Any:
+        self.waiting += 1
+        try:
+            return await asyncio.wait_for(self._claims.get(), wait_seconds)
+        except TimeoutError:
+            return None
+        finally:
+            self.waiting -= 1
+
+    async def hand(self, dag: Dag, worker: str) -> str:
+        """Submit ``dag`` claiming its first node for ``worker``; answer the Take."""
+        sub = await self.engine.submit(dag, {}, claim_for=worker, claim_lanes=["default"])
+        assert sub.next is not None
+        self._claims.put_nowait(sub.next)
+        return sub.task_id
+
+
+def test_a_worker_runs_what_its_take_brings_even_with_every_slot_filled_since(
+        tmp_path: Path) -> None:
+    # An executor's worker waits at the API (take) while it waits in a pop with a slot
+    # free. The slots may fill up before a submit answers: the claim runs at once all
+    # the same (one over the concurrency), not behind the queued work.
+    release = threading.Event()
+    started: list[str] = []
+
+    def handler(request: NodeRequest, ctx: NodeContext) -> Outcome:  # (in a thread)
+        started.append(request.task_id)
+        if request.input == "block":
+            release.wait(20)
+        return Success(request.input)
+
+    async def main() -> None:
+        store = SqliteStore(path=tmp_path / "ax.db")
+        queue = InProcessQueue()
+        engine = Engine(store=store, queue=queue, blob_dir=tmp_path / "blobs")
+        taking = _TakingEngine(engine)
+        worker = Worker(engine=taking, queue=queue, handler=handler, worker_id="w1",
+                        concurrency=2, poll_timeout=5.0)
+        stop = asyncio.Event()
+        serving = asyncio.create_task(worker.run(stop))
+        while not taking.waiting:  # (the worker polls with a slot free: it takes)
+            await asyncio.sleep(0)
+        block = load_dag_mapping({"name": "block", "nodes": {"b": {
+            "type": "tool_call", "tool": "echo", "input": "block"}}}, tools=TOOLS,
+            models=set())
+        blockers = [(await engine.submit(block, {})).task_id for _ in range(2)]
+        while len(started) < 2:  # both slots run a blocked node
+            await asyncio.sleep(0)
+        taken = await taking.hand(chain("default"), "w1")
+        while taken not in started:
+            await asyncio.sleep(0)
+        assert sorted(started[:2]) == sorted(blockers)  # still running, blocked
+        release.set()
+        for task_id in (*blockers, taken):
+            while not (await engine.get_task(task_id)).task.status.final:
+                await asyncio.sleep(0.01)
+        stop.set()
+        await serving
+        for task_id in (*blockers, taken):
+            assert (await engine.get_task(task_id)).task.status.value == "SUCCEEDED"
+        events = await engine.events(taken)
+        assert [(e.kind, e.actor) for e in events if e.kind == "claimed"] == [("claimed", "w1")]
         await store.close()
 
     run(main())
