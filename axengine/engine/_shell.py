@@ -766,6 +766,10 @@ class Engine(EngineReads):
                     at=now, state=task.status.value, actor="engine",
                 ))
             data = codec.encode_task(task, input_json=self._input_text(task))
+            if task.status.final:
+                # Its last write, as a rule: kept, a large input would stay alive for
+                # every full garbage collection to scan (as a node's: _externalize).
+                self._input_texts.discard(task_id)
             ops.append(Put(self._keys.task(task_id), data))
             learned.append((self._keys.task(task_id), task, len(data)))
             # The indexes move in the same transaction as the record (revision 0: a

@@ -4,10 +4,16 @@ collection to scan (a chain passing a 60 KB value spent about 15 % of its time t
 
 from __future__ import annotations
 
+import asyncio
 import gc
 from pathlib import Path
 
 import axengine as ax
+from axengine.dag import load_dag_mapping
+from axengine.engine import Engine
+from axengine.queue.inprocess import InProcessQueue
+from axengine.store.embedded import SqliteStore
+from executors.contract import Success
 
 NODES = 60
 #: A marker key no other object in the process has: the live copies of the value are
@@ -48,3 +54,26 @@ def test_finished_nodes_values_are_not_kept_alive(tmp_path: Path) -> None:
     # of records). Now only the recent records' copies stay, within 2 MB (about 20
     # snapshots holding 100 KB each, their input and output).
     assert kept <= 25, f"{kept} copies of the value alive after a chain of {NODES}"
+
+
+def test_a_finished_tasks_input_text_is_not_kept(tmp_path: Path) -> None:
+    # The task record is written again at most transitions, so the engine keeps its
+    # input's text (and the input) by task; a finished task is not written again.
+    async def main() -> tuple[bool, bool]:
+        store = SqliteStore(path=tmp_path / "ax.db")
+        engine = Engine(store=store, queue=InProcessQueue(), blob_dir=tmp_path / "blobs")
+        dag = load_dag_mapping({"name": "one", "nodes": {"a": {
+            "type": "tool_call", "tool": "echo", "input": "{{ .input }}"}}},
+            tools={"echo"}, models=set())
+        sub = await engine.submit(dag, {MARK: True, "text": "x" * 1000})
+        claim = await engine.claim(sub.task_id, "a", worker="w1")
+        assert claim.request is not None
+        kept_while_running = sub.task_id in engine._input_texts
+        answer = await engine.complete(sub.task_id, "a", fence=claim.request.fence,
+                                       outcome=Success(1))
+        assert answer == "committed"
+        kept_after = sub.task_id in engine._input_texts
+        await store.close()
+        return kept_while_running, kept_after
+
+    assert asyncio.run(main()) == (True, False)
