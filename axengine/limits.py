@@ -55,6 +55,7 @@ __all__ = [
     "finite_number",
     "is_utf8",
     "json_depth",
+    "known_text",
     "parse_json_text",
     "past_int_digits",
     "read_regular",
@@ -120,25 +121,25 @@ def canonical_parts(value: Any, field: str = "value", known: KnownTexts | None =
     Raises:
         InputError: As :func:`canonical_json`.
     """
-    if known is not None:
-        found = known.get(id(value))
-        if found is not None and found[0] is value:
-            return found[1], found[2]
+    found = known_text(value, known)
+    if found is not None:
+        return found[1], found[2]
     if type(value) is not dict or not all(type(key) is str for key in value):
         return canonical_json(value, field), None
-    members = {key: _known_text(item, known) or canonical_json(item, field)
-               for key, item in value.items()}
+    members = {key: found[1] if (found := known_text(item, known)) is not None
+               else canonical_json(item, field) for key, item in value.items()}
     # What the encoder writes with sorted keys: "{" key ":" value, joined by ",", "}".
     text = "{" + ",".join(f"{_CANONICAL.encode(key)}:{members[key]}"
                           for key in sorted(members)) + "}"
     return text, members
 
 
-def _known_text(value: Any, known: KnownTexts | None) -> str:
-    if known is None:
-        return ""
-    found = known.get(id(value))
-    return found[1] if found is not None and found[0] is value else ""
+def known_text(value: Any, known: KnownTexts | None,
+               ) -> tuple[Any, str, dict[str, str] | None] | None:
+    """The entry of ``known`` for this very ``value`` (its id, and the value itself:
+    an id alone may be another object's by now), or None."""
+    found = known.get(id(value)) if known is not None else None
+    return found if found is not None and found[0] is value else None
 
 
 def canonical_list(texts: Iterable[str]) -> str:

@@ -44,6 +44,7 @@ from axengine.limits import (
     canonical_list,
     canonical_parts,
     json_text_bytes,
+    known_text,
     sha256_json,
 )
 from axengine.records import (
@@ -261,8 +262,8 @@ class _Builder:
         """``copy``, made equal to ``source``, has its canonical text when this plan
         made that text (:attr:`Plan.encoded`): a node's input that passes on the output
         committed in the same transaction is not encoded again to be hashed and stored."""
-        known = self.plan.encoded.get(id(source))
-        if known is not None and known[0] is source and copy is not source:
+        known = known_text(source, self.plan.encoded)
+        if known is not None and copy is not source:
             self.plan.encoded[id(copy)] = (copy, known[1], known[2])
 
     def write(self, snap: Snapshot) -> None:

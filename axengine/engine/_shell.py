@@ -657,15 +657,8 @@ class Engine(EngineReads):
         threshold = self.config.blob_threshold
         output_json = input_json = ""
         members: dict[str, str] | None = None
-
-        def parts_of(value: Any) -> tuple[str, dict[str, str] | None]:
-            known = encoded.get(id(value))
-            if known is not None and known[0] is value:
-                return known[1], known[2]
-            return canonical_parts(value)
-
         if snap.output is not None and snap.output_ref is None:
-            text = parts_of(snap.output)[0]
+            text = canonical_parts(snap.output, known=encoded)[0]
             data = text.encode()
             if len(data) > threshold:
                 ref = await asyncio.to_thread(self._blobs.put, data)  # file I/O: off the loop
@@ -678,7 +671,7 @@ class Engine(EngineReads):
             if known is not None and known[0] is snap.input:
                 text, members = known[1], known[2]
             else:
-                text, members = parts_of(snap.input)
+                text, members = canonical_parts(snap.input, known=encoded)
             data = text.encode()
             if len(data) > threshold:
                 ref = await asyncio.to_thread(self._blobs.put, data)
