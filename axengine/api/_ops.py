@@ -225,23 +225,20 @@ async def submit_task(engine: Engine, dag: Dag, task_input: Any, *, idempotency_
         raise refusal
     taker = (takers.reserve(dag.node(n).lane for n in dag.entry_nodes)
              if takers is not None else None)
-    if taker is None:
-        return await engine.submit(dag, task_input, idempotency_key=idempotency_key,
-                                   labels=dict(labels), priority=priority,
-                                   deadline_seconds=deadline_seconds,
-                                   submitted_by=principal.name)
-    assert takers is not None
     claim = None
     try:
         result = await engine.submit(
             dag, task_input, idempotency_key=idempotency_key, labels=dict(labels),
             priority=priority, deadline_seconds=deadline_seconds,
-            submitted_by=principal.name, claim_for=taker.worker_id,
-            claim_lanes=taker.lanes, lease_seconds=taker.lease_seconds)
+            submitted_by=principal.name, claim_for=taker.worker_id if taker else "",
+            claim_lanes=taker.lanes if taker else (),
+            lease_seconds=taker.lease_seconds if taker else None)
         if result.next is not None and result.next.request is not None:
             claim = result.next
     finally:
-        takers.answer(taker, claim)
+        if taker is not None:
+            assert takers is not None
+            takers.answer(taker, claim)
     return result
 
 
