@@ -321,14 +321,11 @@ class Worker:
                 # one over the worker's concurrency (at most one Take waits at a time):
                 # waiting for a slot would leave it behind queued work, measured at
                 # over a second with 50 tasks in flight, its lease running.
-                lane = str(claim.request.config.get("lane", DEFAULT_LANE))
-                if lane == FAST_LANE:
-                    self._fast_in_flight += 1
                 if slots.locked():
-                    self._start_slot(claim, lane, asyncio.Semaphore(0))  # (no slot held)
+                    self._start_claimed(claim, asyncio.Semaphore(0))  # (no slot held)
                 else:
                     await slots.acquire()
-                    self._start_slot(claim, lane, slots)
+                    self._start_claimed(claim, slots)
 
     async def _wake_at(self, stop: asyncio.Event,
                        wake: Callable[[str], Awaitable[None]]) -> None:
@@ -373,15 +370,21 @@ class Worker:
             if claim is None or claim.request is None:
                 slots.release()
                 return result
-            lane = str(claim.request.config.get("lane", DEFAULT_LANE))
-            if lane == FAST_LANE:
-                self._fast_in_flight += 1
-            self._start_slot(claim, lane, slots)
+            self._start_claimed(claim, slots)
             return result
         finally:
             self._claiming.discard(claiming)
             if not claiming.done():  # (a cancelled stop may have cancelled it)
                 claiming.set_result(None)
+
+    def _start_claimed(self, claim: ClaimResult, slots: asyncio.Semaphore) -> None:
+        """Start a slot (held in ``slots``) on a node claimed for this worker outside
+        the queue — by a submit, in process or at the API — in the node's lane."""
+        assert claim.request is not None
+        lane = str(claim.request.config.get("lane", DEFAULT_LANE))
+        if lane == FAST_LANE:
+            self._fast_in_flight += 1
+        self._start_slot(claim, lane, slots)
 
     def _start_slot(self, first: WorkItem | ClaimResult, lane: str,
                     slots: asyncio.Semaphore) -> None:

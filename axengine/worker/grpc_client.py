@@ -228,12 +228,7 @@ class GrpcEngineClient:
             timeout=wait_seconds + self.timeout)
         if not reply.HasField("claim"):
             return None
-        claim = reply.claim
-        if claim.result != ax_pb2.CLAIM_RESULT_CLAIMED or not claim.task_id or not claim.node_id:
-            raise StoreError(f"take for {worker}: the API answered a claim without a "
-                             "claimed node")
-        self._claims[(claim.task_id, claim.node_id)] = (claim.fence, worker)
-        return self._claimed(claim.task_id, claim.node_id, claim)
+        return self._handed(f"take for {worker}", reply.claim, worker)
 
     async def get_run(self, task_id: str, node_id: str, *, fence: int) -> ClaimResult | None:
         """The run of the attempt holding ``fence`` — what its claim answered — or None
@@ -363,15 +358,21 @@ class GrpcEngineClient:
             raise StoreError(f"complete {task_id}/{node_id}: unknown result {reply.result}")
         following = None
         if reply.HasField("next"):
-            if reply.next.result != ax_pb2.CLAIM_RESULT_CLAIMED or not reply.next.node_id:
-                raise StoreError(f"complete {task_id}/{node_id}: the API answered a next "
-                                 "claim without a claimed node")
             # (An older server names no task: the claimed node is of this task.)
-            claimed_task = reply.next.task_id or task_id
-            self._claims[(claimed_task, reply.next.node_id)] = (reply.next.fence,
-                                                                request.worker_id)
-            following = self._claimed(claimed_task, reply.next.node_id, reply.next)
+            following = self._handed(f"complete {task_id}/{node_id}", reply.next,
+                                     request.worker_id, task_id=task_id)
         return Completed(answer, next=following, acked=reply.acked)
+
+    def _handed(self, what: str, claim: Any, worker: str, *, task_id: str = "",
+                ) -> ClaimResult:
+        """The claim a reply hands over for ``worker`` (a completion's next node, a
+        Take's), recorded as held; ``task_id``: its task when the reply names none."""
+        claimed_task = claim.task_id or task_id
+        if claim.result != ax_pb2.CLAIM_RESULT_CLAIMED or not claimed_task \
+                or not claim.node_id:
+            raise StoreError(f"{what}: the API answered a claim without a claimed node")
+        self._claims[(claimed_task, claim.node_id)] = (claim.fence, worker)
+        return self._claimed(claimed_task, claim.node_id, claim)
 
     @staticmethod
     def _complete_request(task_id: str, node_id: str, fence: int, worker: str,
