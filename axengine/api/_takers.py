@@ -97,6 +97,8 @@ class Takers:
         """The longest-waiting Take that serves one of ``lanes`` (those of a new task's
         entry nodes), taken out of the line for one submit (give it back with
         :meth:`answer`)."""
+        if not self._waiting:
+            return None  # (the lanes are not even read: a submit with no Take waiting)
         wanted = set(lanes)
         for taker in list(self._waiting):
             if taker.ended or taker.answer.done():
