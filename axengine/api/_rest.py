@@ -405,6 +405,24 @@ def _validation_message(exc: RequestValidationError) -> str:
     return "; ".join(parts) or "invalid request"
 
 
+def _no_route(request: Request) -> str:
+    """The 404 message of a path no route matches, as the client sent it (``%2F`` stays
+    encoded), with the route meant when only a trailing slash is in the way (routes
+    take none, and none redirects: a redirect would send a client's token and body
+    to a URL built from its Host header)."""
+    raw = request.scope.get("raw_path") or request.url.path.encode()
+    path = raw.decode("ascii", "backslashreplace")
+    message = f"no route {request.method} {path[:300]}"
+    slashes = len(path) - len(path.rstrip("/"))  # as sent: an encoded %2F is not one
+    trimmed = request.url.path[:-slashes] if slashes else ""
+    if trimmed:
+        for route in request.app.router.routes:
+            match, _ = route.matches({**request.scope, "path": trimmed})
+            if match is not Match.NONE:
+                return f"{message}: routes take no trailing slash ({trimmed})"
+    return message
+
+
 def _install_error_handlers(app: FastAPI) -> None:
     async def ax_error(request: Request, exc: Exception) -> Response:
         status = status_of(exc)
@@ -423,7 +441,7 @@ def _install_error_handlers(app: FastAPI) -> None:
         type_ = _HTTP_TYPES.get(exc.status_code, "HTTPError")
         message = str(exc.detail) if exc.detail else type_
         if exc.status_code == 404 and message == "Not Found":
-            message = f"no route {request.method} {request.url.path}"
+            message = _no_route(request)
         return _json_response(exc.status_code, _error(exc.status_code, type_, message),
                               dict(exc.headers or {}))
 
@@ -521,6 +539,8 @@ def create_app(*, engine: Engine, auth: Authenticator | None, metrics: AxMetrics
         description="Durable DAG workflow engine for agentic work (see docs/api.md).",
         # The docs page is served with local assets (axengine/api/_ui.py): no CDN.
         docs_url=None, redoc_url=None,
+        # A path with a trailing slash is a 404 naming the route meant (_no_route).
+        redirect_slashes=False,
     )
     app.router.route_class = _StrictJsonRoute
     _install_error_handlers(app)

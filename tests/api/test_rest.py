@@ -368,3 +368,23 @@ def test_a_sub_dag_file_is_inlined_by_the_client_and_its_gate_decided_by_its_pat
     assert task["status"] == "SUCCEEDED"
     assert task["nodes"]["review"]["output"] == "approve"
     assert task["nodes"]["publish"]["output"] == "approve"
+
+
+def test_a_path_no_route_matches_is_a_404_naming_it_and_never_a_redirect(
+        api_server: ServerFactory) -> None:
+    client = api_server("embedded").client("admin")
+    for method, path, message in (
+            ("GET", "/v1/tasks/", "no route GET /v1/tasks/: routes take no trailing slash "
+                                  "(/v1/tasks)"),
+            ("POST", "/v1/tasks/", "no route POST /v1/tasks/: routes take no trailing "
+                                   "slash (/v1/tasks)"),
+            ("GET", "/v1/tasks/t-1/events/", "no route GET /v1/tasks/t-1/events/: routes "
+                                             "take no trailing slash (/v1/tasks/t-1/events)"),
+            ("GET", "/v1/tasks/%2F", "no route GET /v1/tasks/%2F"),
+            ("GET", "/v1/tasks/%2F/events", "no route GET /v1/tasks/%2F/events"),
+            ("GET", "/v1/nothing/", "no route GET /v1/nothing/")):
+        reply = client.request(method, path, json={} if method == "POST" else None)
+        assert reply.status_code == 404, (method, path, reply.status_code)
+        assert "location" not in reply.headers
+        assert reply.json() == {"error": {"type": "NotFound", "message": message}}
+    assert client.get("/v1/tasks").status_code == 200  # the route itself
