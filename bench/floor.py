@@ -13,8 +13,9 @@ with rates taken at the same concurrency from one Python client process, like th
 engine's (the client's CPU time per operation adds up, so the costs add). Measured:
 
 - etcd: ``EtcdStore.txn([Mod(key) == rev], [Put(key, value)])`` sequentially and from
-  8 concurrent coroutines (each on its own key), and the same through raw aetcd
-  (``aetcd.Client.transaction``) to show the store adapter's own cost;
+  8 concurrent coroutines (each on its own key), one request per transaction (the store's
+  merging of concurrent transactions is off: ``merge_in_flight=0``), and the same through
+  raw aetcd (``aetcd.Client.transaction``) to show the store adapter's own cost;
 - Redis: ``RedisQueue`` enqueue → pop (``LMOVE`` into the processing list, in a Lua
   script) → ack (``LREM``), sequentially and 8 concurrent, and the same three commands
   with raw redis-py;
@@ -25,6 +26,7 @@ engine's (the client's CPU time per operation adds up, so the costs add). Measur
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import secrets
 import shutil
 import tempfile
@@ -66,8 +68,12 @@ async def _measure(make_op: Callable[[int], Awaitable[Op]], *, concurrency: int,
 async def _etcd_store(url: str, seconds: float) -> dict[str, Any]:
     from axengine.store import Delete, Mod, Put
     from axengine.store.etcd import EtcdStore
+    from axengine.store.settings import EtcdSettings
 
-    store = EtcdStore.from_url(url)
+    # One CAS transaction per request, as the primitive costs: the store's merging of
+    # concurrent transactions (what the engine may gain over this floor) is off here.
+    store = EtcdStore.from_settings(
+        dataclasses.replace(EtcdSettings.from_url(url), merge_in_flight=0))
     prefix = f"/floor-{secrets.token_hex(4)}"
     value = b"x" * 256  # about a snapshot's size
 

@@ -2,9 +2,12 @@
 
 :class:`EtcdStore` maps the :class:`~axengine.store.StateStore` contract one to one onto
 etcd v3: ``txn`` is one etcd ``Txn`` (compares built with aetcd's compare values, reads
-answered inside it), ``get_many`` is one read-only ``Txn`` so every key comes from one
-revision, ``range`` is a ``Range`` over the prefix with etcd's key order and ``limit``,
-and ``watch`` is an etcd watch (through :class:`aetcd.Watcher`) from a start revision.
+answered inside it) — or, while another of the store's requests is on its way, a nested
+``Txn`` of one request that carries the transactions waiting with it
+(:mod:`axengine.store._etcd_merge`), ``get_many`` is one read-only ``Txn`` so every key
+comes from one revision, ``range`` is a ``Range`` over the prefix with etcd's key order
+and ``limit``, and ``watch`` is an etcd watch (through :class:`aetcd.Watcher`) from a
+start revision.
 
 Why not ``aetcd.Client.transaction``/``get_prefix``: the contract needs each response's
 header revision (``TxnResult.revision``), ``Range.limit`` and TLS, which aetcd's
@@ -47,6 +50,7 @@ from aetcd.exceptions import ClientError, RevisionCompactedError, WatchTimeoutEr
 from aetcd.watcher import Watcher
 
 from axengine.errors import RevisionCompacted, StoreError, StoreUnavailable
+from axengine.store._etcd_merge import Merger
 from axengine.store._protocol import (
     Compare,
     Delete,
@@ -60,6 +64,7 @@ from axengine.store._protocol import (
 from axengine.store.settings import (
     DEFAULT_ETCD_TIMEOUT,
     DEFAULT_MAX_TXN_OPS,
+    DEFAULT_MERGE_IN_FLIGHT,
     EtcdSettings,
 )
 
@@ -93,6 +98,11 @@ _OPERATORS: dict[str, Callable[[Any, Any], Any]] = {
 _AUTH_ERRORS = ("authentication failed", "user name is empty", "invalid auth token")
 
 _Status = grpc.StatusCode
+
+#: Bytes of keys and values in one merged transaction request: well under etcd's
+#: default ``--max-request-bytes`` (1.5 MiB). A request refused as too large anyway is
+#: sent again as its transactions one by one.
+MERGE_MAX_BYTES = 1 << 20
 
 
 def _encode(key: str) -> bytes:
@@ -295,6 +305,9 @@ class EtcdStore:
         key: PEM private key of ``cert``.
         max_txn_ops: The server's ``--max-txn-ops``; larger ``get_many`` reads are
             split into requests pinned to one revision.
+        merge_in_flight: Transaction requests on their way to etcd before concurrent
+            transactions wait and go out merged into one (0: never merged; see
+            :mod:`axengine.store._etcd_merge`).
 
     Example::
 
@@ -316,6 +329,7 @@ class EtcdStore:
         cert: str | None = None,
         key: str | None = None,
         max_txn_ops: int = DEFAULT_MAX_TXN_OPS,
+        merge_in_flight: int = DEFAULT_MERGE_IN_FLIGHT,
     ) -> None:
         self.settings = EtcdSettings(
             endpoints=tuple((host, int(port)) for host, port in endpoints),
@@ -328,12 +342,16 @@ class EtcdStore:
             cert=cert,
             key=key,
             max_txn_ops=max_txn_ops,
+            merge_in_flight=merge_in_flight,
         )
         self._endpoint = 0
         self._conn: _Connection | None = None
         self._conn_lock = asyncio.Lock()
         self._failed: _Connection | None = None
         self._closed = False
+        self._merger = Merger(lambda request: self._unary("Txn", request),
+                              max_in_flight=merge_in_flight, max_ops=max_txn_ops,
+                              max_bytes=MERGE_MAX_BYTES)
 
     @classmethod
     def from_settings(cls, settings: EtcdSettings) -> EtcdStore:
@@ -349,6 +367,7 @@ class EtcdStore:
             cert=settings.cert,
             key=settings.key,
             max_txn_ops=settings.max_txn_ops,
+            merge_in_flight=settings.merge_in_flight,
         )
 
     @classmethod
@@ -561,13 +580,13 @@ class EtcdStore:
             success=[_request_op(op) for op in success],
             failure=[_request_op(op) for op in failure],
         )
-        response = await self._unary("Txn", request)
+        answer = await self._merger.txn(request)
         reads = tuple(
             tuple(_kv(msg) for msg in item.response_range.kvs)
-            for item in response.responses
+            for item in answer.responses
             if item.WhichOneof("response") == "response_range"
         )
-        return TxnResult(bool(response.succeeded), int(response.header.revision), reads)
+        return TxnResult(answer.succeeded, answer.revision, reads)
 
     async def compact(self, revision: int) -> None:
         """Compact etcd's history below ``revision`` (a no-op if already compacted).

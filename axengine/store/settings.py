@@ -60,6 +60,10 @@ DEFAULT_ETCD_TIMEOUT = 5.0
 #: chunks pinned to one revision. Raise it together with the server flag.
 DEFAULT_MAX_TXN_OPS = 128
 
+#: Txn requests an :class:`~axengine.store.etcd.EtcdStore` keeps on their way to etcd
+#: before concurrent transactions wait and go out merged (``axengine/store/_etcd_merge``).
+DEFAULT_MERGE_IN_FLIGHT = 1
+
 _TRUE = {"1", "true", "yes", "on"}
 
 def _query(url: str) -> tuple[str, dict[str, str]]:
@@ -81,7 +85,7 @@ def _pop_float(params: dict[str, str], name: str, default: float) -> float:
     return value
 
 
-def _pop_int(params: dict[str, str], name: str, default: int) -> int:
+def _pop_int(params: dict[str, str], name: str, default: int, *, least: int = 1) -> int:
     raw = params.pop(name, None)
     if raw is None:
         return default
@@ -89,8 +93,9 @@ def _pop_int(params: dict[str, str], name: str, default: int) -> int:
         value = int(raw)
     except ValueError:
         raise ValueError(f"store URL parameter {name}={raw!r} is not an integer") from None
-    if value <= 0:
-        raise ValueError(f"store URL parameter {name}={raw!r} must be positive")
+    if value < least:
+        raise ValueError(f"store URL parameter {name}={raw!r} must be "
+                         f"{'positive' if least == 1 else f'at least {least}'}")
     return value
 
 
@@ -185,6 +190,10 @@ class EtcdSettings:
         key: PEM private key of ``cert``.
         max_txn_ops: The server's ``--max-txn-ops``; ``get_many`` reads at most this
             many keys per request (larger reads are pinned to one revision).
+        merge_in_flight: While this many of the store's transaction requests are on
+            their way to etcd, further transactions wait and then go out together, as
+            nested transactions of one request (each commits or fails as alone; see
+            docs/stores.md). 0: every transaction is its own request.
     """
 
     endpoints: tuple[tuple[str, int], ...] = (("127.0.0.1", DEFAULT_ETCD_PORT),)
@@ -197,6 +206,7 @@ class EtcdSettings:
     cert: str | None = None
     key: str | None = None
     max_txn_ops: int = DEFAULT_MAX_TXN_OPS
+    merge_in_flight: int = DEFAULT_MERGE_IN_FLIGHT
 
     def __post_init__(self) -> None:
         if not self.endpoints:
@@ -213,6 +223,8 @@ class EtcdSettings:
             raise ValueError("etcd TLS client cert and key must be given together")
         if self.max_txn_ops <= 0:
             raise ValueError("max_txn_ops must be positive")
+        if self.merge_in_flight < 0:
+            raise ValueError("merge_in_flight must be 0 (never merge) or positive")
         if self.timeout <= 0:
             raise ValueError("etcd timeout must be positive")
 
@@ -243,7 +255,7 @@ class EtcdSettings:
         ``etcds://`` turns TLS on. Query parameters: ``timeout`` (seconds), ``ca``,
         ``cert``, ``key`` (PEM file paths), ``tls`` (``true``/``false``),
         ``password_file`` (path of a file holding the password of ``user``; the URL
-        then names the user only), ``max_txn_ops``.
+        then names the user only), ``max_txn_ops``, ``merge_in_flight``.
 
         Raises:
             ValueError: Not an etcd URL, a bad host/port, a user without a password, or an
@@ -285,6 +297,8 @@ class EtcdSettings:
             cert=params.pop("cert", None) or None,
             key=params.pop("key", None) or None,
             max_txn_ops=_pop_int(params, "max_txn_ops", DEFAULT_MAX_TXN_OPS),
+            merge_in_flight=_pop_int(params, "merge_in_flight", DEFAULT_MERGE_IN_FLIGHT,
+                                     least=0),
         )
         _reject_unknown(params, shown)
         return settings

@@ -197,6 +197,8 @@ def test_importing_the_store_package_loads_no_grpc() -> None:
             EtcdSettings(endpoints=(("h", 2379),), username="ax", password="s@cret"),
         ),
         ("etcds://h", EtcdSettings(endpoints=(("h", 2379),), tls=True)),
+        ("etcd://h?merge_in_flight=0", EtcdSettings(endpoints=(("h", 2379),),
+                                                    merge_in_flight=0)),
         ("etcd://h?tls=true", EtcdSettings(endpoints=(("h", 2379),), tls=True)),
         (
             "etcd://h:2379?ca=/etc/ax/ca.pem&cert=/etc/ax/c.pem&key=/etc/ax/k.pem",
@@ -228,6 +230,8 @@ def test_settings_from_url(url: str, expected: EtcdSettings) -> None:
         "etcd://h?timeout=soon",
         "etcd://h?timeout=0",
         "etcd://h?max_txn_ops=0",
+        "etcd://h?merge_in_flight=-1",
+        "etcd://h?merge_in_flight=some",
         "etcd://h?cert=/c.pem",
         "etcd://h?colour=blue",
     ],
