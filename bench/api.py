@@ -8,7 +8,9 @@ one the task's final status (no read follows, as for any client that watches). E
 the real handlers (the ``echo`` tool), so nothing is stubbed on the server side.
 
 Store writes are counted exactly from etcd: its revision grows by one per committed
-write transaction, whoever wrote it. CPU time is read from ``/proc`` for every process
+write request, whoever sent it (``write_txns``: the API store's transactions that wait
+while one of its requests is on its way share one request, docs/stores.md, so this
+counts requests, at most one per transaction). CPU time is read from ``/proc`` for every process
 of the topology (API, executors, etcd, Redis) and this client.
 """
 

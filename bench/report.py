@@ -669,7 +669,9 @@ def markdown(results: _Result) -> str:
                "(it includes queueing when many nodes are ready at once) and the interval "
                "between consecutive node (step) starts for LangGraph and DBOS (chain "
                "only). Writes are "
-               "committed write transactions per executed node; queue calls are the queue "
+               "committed write transactions per executed node (API runs: etcd write "
+               "requests, counted by its revision; transactions merged into one request "
+               "count once); queue calls are the queue "
                "operations (push, pop, ack, requeue: one round trip each on Redis) per "
                "executed node, measured in process. Peak RSS is the workload's "
                "own process (API runs: the API and first executor processes).\n\n")

@@ -343,7 +343,10 @@ def test_api_and_executors(tmp_path: Path, shape: str) -> None:
     for name, r in api["workloads"].items():
         assert "error" not in r, f"api/{name}: {r}"
         assert r["statuses"] == {"SUCCEEDED": r["tasks"]}, name
-        assert r["write_txns"] >= r["nodes"], name
+        # etcd write requests, counted by its revision: transactions merged into one
+        # request (docs/stores.md) count once, so only "some" is certain.
+        assert r["write_txns"] >= 1, name
+        assert r["write_txns_per_node"] == round(r["write_txns"] / r["nodes"], 3), name
         _keeps_every_round(f"api/{name}", r)
     assert len(api["floors"]) == QUICK.rounds and api["floor"] in api["floors"]
     assert any(c["name"].startswith("API+executors") for c in results["summary"]["comparisons"])
