@@ -245,3 +245,35 @@ def test_concurrent_transfers_keep_the_total_and_every_committed_transfer(
         assert sum(expected) == 100 * accounts
 
     _run(etcd_server, body)
+
+
+def test_a_watch_sees_every_write_of_a_merged_request_once(etcd_server: Server) -> None:
+    async def body(store: EtcdStore, p: str) -> None:
+        start = await store.revision()
+        seen: list[tuple[str, int]] = []
+        done = asyncio.Event()
+
+        async def follow() -> None:
+            async for event in store.watch(p, start_revision=start + 1):
+                seen.append((event.kv.key, event.kv.mod_revision))
+                if len(seen) == 1 + 2 * 20:
+                    done.set()
+                    return
+
+        follower = asyncio.ensure_future(follow())
+        try:
+            results = await asyncio.gather(
+                store.txn([], [Put(p + "first", b"1")]),
+                *(store.txn([Mod(f"{p}t{i}/a") == 0],
+                            [Put(f"{p}t{i}/a", b"a"), Put(f"{p}t{i}/b", b"b")])
+                  for i in range(20)))
+            await asyncio.wait_for(done.wait(), 10)
+        finally:
+            follower.cancel()
+        assert all(r.succeeded for r in results)
+        assert len({r.revision for r in results[1:]}) == 1  # one request for the 20
+        expected = {(p + "first", results[0].revision)} | {
+            (f"{p}t{i}/{k}", results[1].revision) for i in range(20) for k in "ab"}
+        assert len(seen) == len(expected) and set(seen) == expected
+
+    _run(etcd_server, body)
