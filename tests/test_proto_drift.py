@@ -97,8 +97,14 @@ def test_services_expose_the_designed_methods() -> None:
     }
     assert set(services["ExecutorService"].methods_by_name) == {
         "Claim", "Heartbeat", "Progress", "Checkpoint", "Complete", "EffectBegin",
-        "EffectDone", "EffectGet", "GetRun", "Take",
+        "EffectDone", "EffectGet", "GetRun", "Take", "CompleteStream",
     }
     watch = services["AxService"].methods_by_name["WatchTask"]
     assert watch.server_streaming
     assert watch.output_type.full_name == "ax.v1.Event"
+    stream = services["ExecutorService"].methods_by_name["CompleteStream"]
+    assert stream.client_streaming and stream.server_streaming
+    assert stream.input_type.fields_by_name["request"].message_type.full_name == \
+        "ax.v1.CompleteRequest"
+    assert stream.output_type.fields_by_name["reply"].message_type.full_name == \
+        "ax.v1.CompleteReply"

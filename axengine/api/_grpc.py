@@ -14,6 +14,7 @@ functions), so the field mapping exists once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import importlib
 import logging
@@ -26,6 +27,7 @@ from axengine import codec, limits
 from axengine.api import _ops as ops
 from axengine.api._auth import ANONYMOUS, Authenticator, Principal
 from axengine.api._errors import public_message, status_of
+from axengine.api._grpc_decode import Malformed
 from axengine.api._quotas import UNLIMITED, Quotas
 from axengine.api._takers import MAX_TAKE_WAIT, Takers
 from axengine.engine import (
@@ -416,6 +418,47 @@ class ExecutorServicer(_Base):
 
     @rpc("executor")
     async def Complete(self, request: Any, context: Any, who: Principal) -> Any:
+        return await self._complete(request)
+
+    async def CompleteStream(self, requests: Any, context: Any) -> None:
+        """Complete over one stream (see the proto): each request is checked and handled
+        as :meth:`Complete` handles it, at once, and answered as its commit ends; its
+        error goes in its reply, and the stream goes on. The caller's token is checked
+        again for each request."""
+        try:
+            self.authorize(context, "executor")
+        except Exception as exc:
+            await _abort(context, exc, False)
+        writing = asyncio.Lock()
+        running: set[asyncio.Task[None]] = set()
+
+        async def answer(message: Any) -> None:
+            try:
+                self.authorize(context, "executor")
+                out = pb.CompleteStreamReply(id=message.id,
+                                             reply=await self._complete(message.request))
+            except Exception as exc:
+                status = status_of(exc)
+                if status.http >= 500 and status.http != 503:
+                    log.error("gRPC CompleteStream request failed", exc_info=exc)
+                out = pb.CompleteStreamReply(id=message.id, code=status.grpc.value[0],
+                                             message=public_message(exc))
+            async with writing:
+                # The caller may be gone: its request was handled all the same (a
+                # repeat answers already-done or stale), and nothing is left to tell.
+                with contextlib.suppress(Exception):
+                    await context.write(out)
+
+        async for message in requests:
+            if isinstance(message, Malformed):
+                await _abort(context, InputError(message.reason), False)
+            task = asyncio.create_task(answer(message))
+            running.add(task)
+            task.add_done_callback(running.discard)
+        while running:  # the caller is done sending: answer what is in flight, then end
+            await asyncio.gather(*running, return_exceptions=True)
+
+    async def _complete(self, request: Any) -> Any:
         success = request.success if request.WhichOneof("outcome") == "success" else None
         if success is not None and success.HasField("output_ref"):
             # The reference is checked, then the task and the fence, before any file is

@@ -59,7 +59,8 @@ def _streaming_response(behaviour: Callable[..., Any]) -> Callable[..., Any]:
 
 
 class DecodeInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
-    """Turn request-decoding failures into ``INVALID_ARGUMENT`` (unary requests)."""
+    """Turn request-decoding failures into ``INVALID_ARGUMENT`` (unary requests; a
+    streamed request's messages arrive as :class:`Malformed` values instead)."""
 
     async def intercept_service(
         self,
@@ -68,9 +69,17 @@ class DecodeInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     ) -> grpc.RpcMethodHandler:
         """Wrap the handler's deserializer and behaviour; other handlers pass as they are."""
         handler = await continuation(handler_call_details)
-        if handler is None or handler.request_streaming:
+        if handler is None:
             return handler
         decode = _safe(handler.request_deserializer)
+        if handler.stream_stream is not None:
+            # Each message that does not decode reaches the servicer as a Malformed
+            # value, which answers INVALID_ARGUMENT (ExecutorServicer.CompleteStream).
+            return grpc.stream_stream_rpc_method_handler(
+                handler.stream_stream, request_deserializer=decode,
+                response_serializer=handler.response_serializer)
+        if handler.request_streaming:
+            return handler
         if handler.unary_unary is not None:
             return grpc.unary_unary_rpc_method_handler(
                 _unary_request(handler.unary_unary), request_deserializer=decode,

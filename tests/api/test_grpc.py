@@ -428,3 +428,63 @@ def test_fork_task(api_server: ServerFactory, stubs_for: Any) -> None:
     ]
     for request, role, code in refusals:
         assert code_of(ax.ForkTask, request, metadata=TOKEN[role]) == code, request
+
+
+def test_complete_stream_answers_each_request_by_id_and_goes_on_after_an_error(
+        api_server: ServerFactory, stubs_for: Any, backend: str) -> None:
+    """Complete over one stream: a commit, a stale fence, a malformed request and a
+    repeat, each answered by its id as Complete answers it; the error ends nothing."""
+    handle = api_server(backend, worker=False, reconcile_interval=3600.0)
+    stubs = stubs_for(handle)
+    ex, md = stubs.ex, TOKEN["executor"]
+    tasks = [submit(stubs) for _ in range(2)]
+    for task_id in tasks:
+        claim = ex.Claim(pb.ClaimRequest(task_id=task_id, node_id="hello", worker_id="w1",
+                                         lease_seconds=30), metadata=md)
+        assert claim.result == pb.CLAIM_RESULT_CLAIMED and claim.fence == 1
+
+    def complete(task_id: str, fence: int, text: str = "hi") -> pb.CompleteRequest:
+        return pb.CompleteRequest(task_id=task_id, node_id="hello", fence=fence,
+                                  worker_id="w1", success=pb.CompleteRequest.Success(
+                                      output_json=json.dumps({"text": text})))
+
+    requests = [
+        pb.CompleteStreamRequest(id=7, request=complete(tasks[0], 1, "first")),
+        pb.CompleteStreamRequest(id=8, request=complete(tasks[1], 5)),  # stale fence
+        pb.CompleteStreamRequest(id=9, request=pb.CompleteRequest(  # no outcome
+            task_id=tasks[1], node_id="hello", fence=1, worker_id="w1")),
+        pb.CompleteStreamRequest(id=10, request=complete(tasks[1], 1, "second")),
+    ]
+    replies = {r.id: r for r in ex.CompleteStream(iter(requests), metadata=md)}
+    assert sorted(replies) == [7, 8, 9, 10]
+    assert replies[7].code == 0 and replies[7].reply.result == pb.COMPLETE_RESULT_COMMITTED
+    assert replies[8].code == 0 and replies[8].reply.result == pb.COMPLETE_RESULT_STALE
+    assert replies[9].code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+    assert "outcome" in replies[9].message and not replies[9].HasField("reply")
+    assert replies[10].reply.result == pb.COMPLETE_RESULT_COMMITTED
+    assert json.loads(replies[10].reply.snapshot.output_json) == {"text": "second"}
+    # A repeat over a new stream answers already-done, as Complete does.
+    again = list(ex.CompleteStream(iter([pb.CompleteStreamRequest(
+        id=1, request=complete(tasks[0], 1, "first"))]), metadata=md))
+    assert [r.reply.result for r in again] == [pb.COMPLETE_RESULT_ALREADY_DONE]
+    for task_id in tasks:
+        task = stubs.ax.GetTask(pb.GetTaskRequest(task_id=task_id), metadata=TOKEN["submit"])
+        assert task.task.status == pb.TASK_STATUS_SUCCEEDED
+
+
+def test_complete_stream_refuses_a_caller_without_the_executor_role(
+        api_server: ServerFactory, stubs_for: Any) -> None:
+    handle = api_server("embedded", worker=False, reconcile_interval=3600.0)
+    stubs = stubs_for(handle)
+    task_id = submit(stubs)
+    request = pb.CompleteStreamRequest(id=1, request=pb.CompleteRequest(
+        task_id=task_id, node_id="hello", fence=1, worker_id="w1",
+        success=pb.CompleteRequest.Success(output_json="{}")))
+    before = handle.revision()
+    for metadata, code in ((TOKEN["submit"], grpc.StatusCode.PERMISSION_DENIED),
+                           ((("authorization", "Bearer nope"),),
+                            grpc.StatusCode.UNAUTHENTICATED)):
+        assert code_of(lambda md: list(stubs.ex.CompleteStream(iter([request]),
+                                                              metadata=md)),
+                       metadata) == code
+    assert handle.revision() == before

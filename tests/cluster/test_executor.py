@@ -541,3 +541,39 @@ def test_a_handler_that_ignores_cancellation_is_handed_back_then_abandoned(
     assert snap.state is NodeState.WAITING and snap.attempt == 0
     assert snap.evidence.startswith("executor:shutdown: executor w:")
     assert late == "stale"
+
+
+def test_completions_go_over_one_stream_and_a_broken_stream_is_opened_again(
+        bare: Topology, bare_client: Any) -> None:
+    """The client completes over its ``CompleteStream``; when the API restarts, the
+    stream breaks and the next completion is retried over a new one (a repeat is safe:
+    it commits once)."""
+    first = bare_client.submit(SLEEP_DAG, {"seconds": 1}).task_id
+    second = bare_client.submit(SLEEP_DAG, {"seconds": 1}).task_id
+    restarter = threading.Thread(target=bare.start_api)
+
+    async def scenario() -> tuple[list[str], int, int]:
+        async with GrpcEngineClient(bare.grpc_target, token=bare.executor_token,
+                                    retry_for=60) as c:
+            a = await c.claim(first, "nap", worker="w", lease_seconds=30)
+            b = await c.claim(second, "nap", worker="w", lease_seconds=30)
+            answers = [await c.complete(first, "nap", fence=a.request.fence,
+                                        outcome=Success({"slept": 1}))]
+            streams = c._completions
+            assert streams is not None and streams.sent == 1
+            bare.kill_api()
+            restarter.start()
+            answers.append(await c.complete(second, "nap", fence=b.request.fence,
+                                            outcome=Success({"slept": 1})))
+            return answers, streams.sent, c.retries
+
+    try:
+        answers, sent, retries = asyncio.run(scenario())
+    finally:
+        restarter.join(60)
+    assert answers == ["committed", "committed"]
+    assert sent >= 2 and retries > 0
+    for task in (first, second):
+        assert bare_client.get(task)["status"] == "SUCCEEDED"
+        commits = [e for e in bare_client.events(task) if e.kind == "committed"]
+        assert len(commits) == 1

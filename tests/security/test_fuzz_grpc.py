@@ -83,6 +83,7 @@ METHODS = (
     "/ax.v1.ExecutorService/Progress",
     "/ax.v1.ExecutorService/Checkpoint",
     "/ax.v1.ExecutorService/Complete",
+    "/ax.v1.ExecutorService/CompleteStream",
     "/ax.v1.ExecutorService/EffectBegin",
     "/ax.v1.ExecutorService/EffectDone",
     "/ax.v1.ExecutorService/EffectGet",
@@ -298,8 +299,8 @@ ALLOWED_WHO = {
     "CancelTask": ("admin",), "RetryTask": ("admin",),
     "ForkTask": ("admin",),
     **{m: ("executor",) for m in ("Claim", "Heartbeat", "Progress", "Checkpoint", "Complete",
-                                  "EffectBegin", "EffectDone", "EffectGet", "GetRun",
-                                  "Take")},
+                                  "CompleteStream", "EffectBegin", "EffectDone", "EffectGet",
+                                  "GetRun", "Take")},
 }
 
 
@@ -361,6 +362,8 @@ _NOTHING_CHANGED = {
     "Heartbeat": ("result", {pb.LEASE_RESULT_STALE}),
     "Progress": ("result", {pb.LEASE_RESULT_STALE}),
     "Complete": ("result", {pb.COMPLETE_RESULT_STALE, pb.COMPLETE_RESULT_ALREADY_DONE}),
+    "CompleteStream": ("result", {pb.COMPLETE_RESULT_STALE,
+                                  pb.COMPLETE_RESULT_ALREADY_DONE}),
     "EffectBegin": ("lease", {pb.LEASE_RESULT_STALE}),
     "EffectDone": ("lease", {pb.LEASE_RESULT_STALE}),
     # GetRun changes nothing whatever it answers.
@@ -385,6 +388,27 @@ def _unary(channel: grpc.Channel, method: str, request: Any, md: list[tuple[str,
     if raw:
         reply = reply_cls.FromString(reply)
     return grpc.StatusCode.OK, reply, ""
+
+
+def _complete_stream(channel: grpc.Channel, request: Any, md: list[tuple[str, Any]],
+                     raw: bool) -> tuple[grpc.StatusCode, Any, str]:
+    """One message on a ``CompleteStream``, then the end of sending: the stream's status,
+    or the message's own (its reply's code) with the ``CompleteReply`` when it is OK."""
+    stub = channel.stream_stream(
+        "/ax.v1.ExecutorService/CompleteStream",
+        request_serializer=None if raw else type(request).SerializeToString,
+        response_deserializer=pb.CompleteStreamReply.FromString)
+    try:
+        replies = list(stub(iter([request]), metadata=md or None, timeout=CALL_TIMEOUT))
+    except grpc.RpcError as exc:
+        return exc.code(), None, exc.details() or ""
+    if len(replies) != 1:
+        return grpc.StatusCode.INTERNAL, None, f"{len(replies)} replies to one request"
+    reply = replies[0]
+    if not raw and reply.id != request.id:
+        return grpc.StatusCode.INTERNAL, None, f"reply id {reply.id} for request {request.id}"
+    code = {c.value[0]: c for c in grpc.StatusCode}.get(reply.code, grpc.StatusCode.UNKNOWN)
+    return code, reply.reply if code == grpc.StatusCode.OK else None, reply.message
 
 
 def _watch(channel: grpc.Channel, world: World, request: Any, md: list[tuple[str, Any]],
@@ -446,6 +470,9 @@ def exercise(topology: Topology, world: World, channel: grpc.Channel, findings: 
             code, details = _watch(channel, world, request, md, isinstance(request, bytes),
                                    task_id, findings, what)
             reply = None
+        elif name == "CompleteStream":
+            code, reply, details = _complete_stream(channel, request, md,
+                                                    isinstance(request, bytes))
         else:
             code, reply, details = _unary(channel, method, request, md,
                                           isinstance(request, bytes))

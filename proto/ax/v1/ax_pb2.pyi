@@ -809,6 +809,26 @@ class CompleteReply(_message.Message):
     acked: bool
     def __init__(self, result: _Optional[_Union[CompleteResult, str]] = ..., snapshot: _Optional[_Union[TaskSnapshot, _Mapping]] = ..., next: _Optional[_Union[ClaimReply, _Mapping]] = ..., acked: _Optional[bool] = ...) -> None: ...
 
+class CompleteStreamRequest(_message.Message):
+    __slots__ = ("id", "request")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    request: CompleteRequest
+    def __init__(self, id: _Optional[int] = ..., request: _Optional[_Union[CompleteRequest, _Mapping]] = ...) -> None: ...
+
+class CompleteStreamReply(_message.Message):
+    __slots__ = ("id", "reply", "code", "message")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    REPLY_FIELD_NUMBER: _ClassVar[int]
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    reply: CompleteReply
+    code: int
+    message: str
+    def __init__(self, id: _Optional[int] = ..., reply: _Optional[_Union[CompleteReply, _Mapping]] = ..., code: _Optional[int] = ..., message: _Optional[str] = ...) -> None: ...
+
 class EffectBeginRequest(_message.Message):
     __slots__ = ("key", "task_id", "node_id", "fence", "worker_id")
     KEY_FIELD_NUMBER: _ClassVar[int]
