@@ -141,7 +141,7 @@ class Merger:
         self._in_flight = 0
         self._waiting: list[_Waiting] = []
         self._requests: set[asyncio.Task[None]] = set()
-        #: Requests sent and transactions they carried (for tests and metrics).
+        #: Requests sent and transactions they carried (for tests).
         self.sent = 0
         self.carried = 0
 
@@ -212,7 +212,8 @@ class Merger:
             answers = await self._request([w.request for w in batch])
         except Exception as exc:
             if len(batch) == 1 or isinstance(exc, StoreUnavailable):
-                # No answer: as for one transaction, each outcome is unknown.
+                # A transaction sent alone gets its own error; with no answer from etcd,
+                # each outcome is unknown, as for one transaction.
                 for waiting in batch:
                     if not waiting.answer.done():
                         waiting.answer.set_exception(exc)

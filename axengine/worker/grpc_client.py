@@ -153,9 +153,8 @@ class _CompleteStream:
     completion is safe); the next request opens a new one. A server without the method
     (``UNIMPLEMENTED``) gets unary calls from then on."""
 
-    def __init__(self, stub: Any, metadata: Any) -> None:
+    def __init__(self, stub: Any) -> None:
         self._stub = stub
-        self._metadata = metadata
         self._stream: _Stream | None = None
         self._ids = itertools.count(1)
         self.unsupported = False
@@ -163,11 +162,12 @@ class _CompleteStream:
         self.sent = 0
 
     async def complete(self, request: Any, *, timeout: float, metadata: Any = None) -> Any:
-        """As ``stub.Complete(request, timeout=...)``: the reply, or an ``AioRpcError``
-        (the request's own error, or ``UNAVAILABLE`` when the stream broke)."""
+        """As ``stub.Complete(request, timeout=..., metadata=...)``: the reply, or an
+        ``AioRpcError`` (the request's own error, or ``UNAVAILABLE`` when the stream
+        broke). A new stream opens with ``metadata``."""
         stream = self._stream
         if stream is None or stream.error is not None:
-            stream = self._stream = _Stream(self._stub.CompleteStream(metadata=self._metadata))
+            stream = self._stream = _Stream(self._stub.CompleteStream(metadata=metadata))
         key = next(self._ids)
         answer: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         stream.waiting[key] = answer
@@ -191,7 +191,7 @@ class _CompleteStream:
             if stream.error.code() == grpc.StatusCode.UNIMPLEMENTED:
                 self.unsupported = True
                 return await self._stub.Complete(request, timeout=timeout,
-                                                 metadata=self._metadata)
+                                                 metadata=metadata)
             raise stream.error from None
         finally:
             stream.waiting.pop(key, None)
@@ -262,7 +262,7 @@ class GrpcEngineClient:
             # Created on first use so the channel binds to the running event loop.
             self._channel = grpc.aio.insecure_channel(self.target, options=self._options)
             self._stub = ax_pb2_grpc.ExecutorServiceStub(self._channel)  # type: ignore[no-untyped-call]
-            self._completions = _CompleteStream(self._stub, self._metadata)
+            self._completions = _CompleteStream(self._stub)
         return self._stub
 
     async def close(self) -> None:
