@@ -31,6 +31,9 @@ Layout, each module depending only on those above it:
 * ``_filters``: the filter table, each filter bounded or charged.
 * ``_sandbox``: the environment, allowlisted attributes and calls, intercepted operators.
 * ``_normalize``: leading-dot rewriting.
+* ``_fast``: templates that only read values (paths, constants, one comparison,
+  ``and``/``or``/``not``), evaluated from their compiled tree without Jinja; anything
+  else, and any miss, goes through Jinja.
 * ``_compiler``: compiling (cached) and running one template.
 * ``_simple``: the simple forms (paths, comparisons, known filters) that the static check
   reads without Jinja, so that validating a large DAG compiles nothing.

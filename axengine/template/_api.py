@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from axengine.errors import TemplateLimitError
+from axengine.template import _fast
 from axengine.template._budget import _MAX_SOURCE_CHARS, _error, _guarded
 from axengine.template._compiler import _compile_condition, _compiled, _run
 from axengine.template._normalize import _has_markup
@@ -66,6 +67,10 @@ def render(source: str, context: Mapping[str, Any]) -> Any:
     if not isinstance(source, str) or not _has_markup(source):
         return source
     compiled = _compiled(source)  # outside the clock: compiling is not the template's time
+    if compiled.fast is not None:
+        value = _fast.run(compiled.fast, context)
+        if value is not _fast.GAVE_UP:
+            return value
     return _guarded(lambda: _run(compiled, context), 0, compiled.line)
 
 
@@ -81,12 +86,18 @@ def _each_string(value: Any) -> Iterator[str]:
 
 
 def _render_tree(value: Any, context: Mapping[str, Any]) -> Any:
+    return _each_rendered(value, lambda text: render(text, context))
+
+
+def _each_rendered(value: Any, render_text: Callable[[str], Any]) -> Any:
+    """``value`` with every string inside its dicts and lists replaced by
+    ``render_text`` of it (tuples come back as lists, keys are not rendered)."""
     if isinstance(value, str):
-        return render(value, context)
+        return render_text(value)
     if isinstance(value, Mapping):
-        return {key: _render_tree(item, context) for key, item in value.items()}
+        return {key: _each_rendered(item, render_text) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_render_tree(item, context) for item in value]
+        return [_each_rendered(item, render_text) for item in value]
     return value
 
 
@@ -117,8 +128,23 @@ def render_value(value: Any, context: Mapping[str, Any]) -> Any:
     Raises:
         TemplateError: As :func:`render`, for the first string that fails.
     """
+    forms: dict[str, _fast.Fast] | None = {}
     for text in _each_string(value):
-        compile_template(text)
+        if _has_markup(text):
+            fast = _compiled(text).fast  # every template compiled first, as always
+            if fast is None:
+                forms = None
+            elif forms is not None:
+                forms[text] = fast
+    if forms is not None:
+        # Every template in it only reads values: rendered without Jinja, under one
+        # fresh budget as below (axengine.template._fast). If one gives up, the whole
+        # structure is rendered again, through Jinja.
+        found = forms
+        rendered = _fast.run(lambda ctx: _each_rendered(
+            value, lambda text: found[text](ctx) if text in found else text), context)
+        if rendered is not _fast.GAVE_UP:
+            return rendered
     return _guarded(lambda: _render_tree(value, context))
 
 
@@ -141,6 +167,10 @@ def evaluate_guard(source: str, context: Mapping[str, Any]) -> bool:
     if not _has_markup(source) and len(source) > _MAX_SOURCE_CHARS:
         raise _error(TemplateLimitError, f"guard longer than {_MAX_SOURCE_CHARS} characters")
     compiled = _compiled(source) if _has_markup(source) else _compile_condition(source, 0)
+    if compiled.fast is not None:
+        value = _fast.run(compiled.fast, context)
+        if value is not _fast.GAVE_UP:
+            return _truthy(value)
     return _truthy(_guarded(lambda: _run(compiled, context), 0, compiled.line))
 
 

@@ -13,6 +13,7 @@ from jinja2.parser import Parser
 
 from axengine.errors import TemplateError, TemplateLimitError, TemplateSecurityError
 from axengine.limits import past_int_digits
+from axengine.template import _fast
 from axengine.template._budget import _MAX_SOURCE_CHARS, MAX_OUTPUT_CHARS, _error
 from axengine.template._normalize import _scan_code, normalize
 from axengine.template._sandbox import _ENV
@@ -27,10 +28,13 @@ MAX_NESTING = 100
 class _Compiled:
     """A compiled template; ``native`` ones store their single expression's value."""
 
-    __slots__ = ("line", "native", "template", "tree")
+    __slots__ = ("fast", "line", "native", "template", "tree")
 
     def __init__(self, tree: nodes.Template, expr: nodes.Expr | None) -> None:
         self.line = expr.lineno if expr is not None else 0
+        #: Its evaluation without Jinja when it only reads values (see
+        #: :mod:`axengine.template._fast`), else None.
+        self.fast = _fast.native(expr) if expr is not None else _fast.text(tree)
         if expr is not None:
             target = nodes.Name(_RESULT, "store", lineno=expr.lineno)
             tree = nodes.Template([nodes.Assign(target, expr, lineno=expr.lineno)], lineno=1)

@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar, cast
 
 from axengine.errors import TemplateError
+from axengine.template import _fast
 from axengine.template._api import _truthy, render
 from axengine.template._budget import _error, _guarded
 from axengine.template._compiler import _compile_condition, _Compiled, _compiled, _run
@@ -143,6 +144,11 @@ def evaluate_expression(source: str, context: Mapping[str, Any]) -> str:
     """
     if _is_if_form(source):
         clauses = _if_form(source)
+        fast = _fast_choice(source)
+        if fast is not None:
+            label = _fast.run(fast, context)
+            if label is not _fast.GAVE_UP:
+                return cast(str, label)
 
         def choose() -> str:
             for clause in clauses[:-1]:
@@ -159,6 +165,24 @@ def evaluate_expression(source: str, context: Mapping[str, Any]) -> str:
     if not isinstance(value, str) or not value.strip():
         raise _error(TemplateError, f"the expression produced {value!r}, not a label")
     return value.strip()
+
+
+@functools.lru_cache(maxsize=512)
+def _fast_choice(source: str) -> _fast.Fast | None:
+    """The ``if/elif/else`` form of ``source`` evaluated without Jinja, when each of its
+    conditions only reads values (:mod:`axengine.template._fast`); else None."""
+    clauses = _if_form(source)
+    tests = [(cast(_Compiled, clause.condition).fast, clause.label) for clause in clauses[:-1]]
+    if any(fast is None for fast, _ in tests):
+        return None
+    otherwise = clauses[-1].label
+
+    def choose(context: Mapping[str, Any]) -> str:
+        for fast, label in tests:
+            if _truthy(cast(_fast.Fast, fast)(context)):
+                return label
+        return otherwise
+    return choose
 
 
 def expression_labels(source: str) -> tuple[str, ...] | None:

@@ -94,6 +94,11 @@ def _text(value: Any, limit: int | None = None) -> str:
 
 @pass_context  # a context-taking finalize also stops jinja folding output at compile time
 def _finalize(context: Context, value: Any) -> str:
+    return _output_text(value)
+
+
+def _output_text(value: Any) -> str:
+    """The text of a value a template outputs (the sandbox's ``finalize``)."""
     if type(value) is str and len(value) <= MAX_OUTPUT_CHARS:
         return value
     return _text(value, MAX_OUTPUT_CHARS)
