@@ -9,6 +9,7 @@ template ``line``. :func:`_charge` counts the characters built in intermediate v
 from __future__ import annotations
 
 import gc
+import math
 import sys
 import threading
 import time
@@ -86,8 +87,10 @@ class _Session:
 
     __slots__ = ("countdown", "deadline", "depth", "gc_spent", "lines", "work")
 
-    def __init__(self) -> None:
-        self.deadline = time.thread_time() + MAX_RENDER_SECONDS
+    def __init__(self, *, timed: bool = True) -> None:
+        # Untimed: a render that cannot loop (axengine.template._fast) needs no clock,
+        # and reading the thread's CPU clock is a system call.
+        self.deadline = time.thread_time() + MAX_RENDER_SECONDS if timed else math.inf
         self.gc_spent = _GC_CLOCK.spent
         self.countdown = _CHECK_EVERY
         self.work = 0

@@ -106,7 +106,7 @@ def run(fast: Fast, context: Mapping[str, Any]) -> Any:
     path runs, on that render's budget)."""
     if _SESSION.get() is not None:
         return GAVE_UP
-    token = _SESSION.set(_Session())
+    token = _SESSION.set(_Session(timed=False))
     try:
         return fast(context)
     except Exception:  # anything: the Jinja path gives the answer, or the error

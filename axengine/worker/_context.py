@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import math
-import threading
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol, cast, runtime_checkable
 
@@ -158,7 +157,9 @@ class RunContext:
         self.request = request
         self.lease_seconds = lease_seconds
         self._settings = settings
-        self._cancel = threading.Event()
+        #: Set from the loop or a handler's thread, read from either: one flag (an
+        #: attribute write is atomic), no lock.
+        self._cancelled = False
         #: Set in the worker's loop once the run is cancelled, fenced out or released;
         #: the futures of :meth:`stopped_future` given out until then.
         self._stopped = False
@@ -193,7 +194,7 @@ class RunContext:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(CALL_TIMEOUT)
 
     def cancel(self) -> None:
-        self._cancel.set()
+        self._cancelled = True
         self.loop.call_soon_threadsafe(self._stop)
 
     def mark_stale(self) -> None:
@@ -214,7 +215,7 @@ class RunContext:
 
     @property
     def cancelled(self) -> bool:
-        return self._cancel.is_set()
+        return self._cancelled
 
     async def wait_stopped(self) -> None:
         """Until the run is cancelled, fenced out or released (in the worker's loop)."""

@@ -590,20 +590,29 @@ class Worker:
         if ctx.cancelled:
             return stopped(ctx)  # stopped before it started: it never starts
         # The first heartbeat is due a third of the lease in: only a run that lasts that
-        # long gets the task that beats (most runs end long before).
-        first_beat = self.clock.timer(self.lease_seconds / 3)
+        # long gets the task that beats (most runs end long before). Its timer is set
+        # when the loop next turns: a run that ends first (an inline handler's) has none.
+        first_beat: list[asyncio.Future[None]] = []
         beats: list[asyncio.Task[None]] = []
+        ended = False
 
         def beat_on(timer: asyncio.Future[None]) -> None:
             if not timer.cancelled():
                 beats.append(asyncio.create_task(self._heartbeats(ctx, runner)))
 
-        first_beat.add_done_callback(beat_on)
+        def arm() -> None:
+            if not ended:
+                first_beat.append(self.clock.timer(self.lease_seconds / 3))
+                first_beat[0].add_done_callback(beat_on)
+
+        asyncio.get_running_loop().call_soon(arm)
         started = self.clock.monotonic()
         try:
             outcome = await runner.run(request, ctx, timeout=timeout)
         finally:
-            first_beat.cancel()
+            ended = True
+            for timer in first_beat:
+                timer.cancel()
             for task in beats:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
