@@ -28,7 +28,7 @@ import os
 import random
 import secrets
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -234,6 +234,46 @@ class SubmitResult:
     task_id: str
     created: bool
     next: ClaimResult | None = None
+
+
+class _Turns:
+    """The turns of some tasks, taken on entry and given back on exit (what
+    :meth:`Engine._turns` returns; a class, not a generator with an exit stack: it is
+    entered once per transition)."""
+
+    __slots__ = ("_engine", "_held", "_ids")
+
+    def __init__(self, engine: Engine, task_ids: list[str]) -> None:
+        self._engine = engine
+        self._ids = task_ids
+        #: The tasks counted as users of their lock, with the lock once it is held.
+        self._held: list[tuple[str, asyncio.Lock | None]] = []
+
+    async def __aenter__(self) -> None:
+        engine = self._engine
+        users, locks = engine._task_users, engine._task_locks
+        try:
+            for task_id in self._ids:
+                lock = locks.get(task_id)
+                if lock is None:
+                    lock = locks[task_id] = asyncio.Lock()
+                users[task_id] = users.get(task_id, 0) + 1
+                self._held.append((task_id, None))
+                await lock.acquire()
+                self._held[-1] = (task_id, lock)
+        except BaseException:
+            self._give_back()
+            raise
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self._give_back()
+
+    def _give_back(self) -> None:
+        for task_id, lock in reversed(self._held):
+            if lock is not None:
+                lock.release()
+            self._engine._leave(task_id)
+        self._held.clear()
 
 
 class Engine(EngineReads):
@@ -549,21 +589,11 @@ class Engine(EngineReads):
         hit = self._cache.get(self._keys.task(task_id))
         return hit is not None and hit[1].counts.get("ACTIVE", 0) > 1
 
-    @contextlib.asynccontextmanager
-    async def _turns(self, task_ids: Iterable[str]) -> AsyncIterator[None]:
+    def _turns(self, task_ids: Iterable[str]) -> _Turns:
         """Take the turn of each task of ``task_ids`` (see :meth:`_apply`), in sorted
         order so that two callers wanting the same two tasks cannot wait on each
         other."""
-        users = self._task_users
-        async with contextlib.AsyncExitStack() as stack:
-            for task_id in sorted(set(task_ids)):
-                lock = self._task_locks.get(task_id)
-                if lock is None:
-                    lock = self._task_locks[task_id] = asyncio.Lock()
-                users[task_id] = users.get(task_id, 0) + 1
-                stack.callback(self._leave, task_id)
-                await stack.enter_async_context(lock)
-            yield
+        return _Turns(self, sorted(set(task_ids)))
 
     def _leave(self, task_id: str) -> None:
         users = self._task_users

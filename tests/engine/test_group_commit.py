@@ -13,6 +13,7 @@ expiries and completions that also claim the next node are all in the mix.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 from collections import Counter
 from collections.abc import Awaitable
@@ -343,8 +344,39 @@ def test_a_caller_cancelled_while_it_waits_for_the_turn_commits_nothing(
             assert view.snapshots["n1"].state is NodeState.SUCCEEDED
             assert view.snapshots["n2"].state is NodeState.RUNNING
             assert task not in engine._waiting
+            # Nobody holds or waits for the turn: its lock and count are gone, and the
+            # turn can be taken again.
+            assert task not in engine._task_locks and task not in engine._task_users
+            async with engine._turns((task,)):
+                assert engine._task_users[task] == 1
         finally:
             await store.close()
 
     run(main())
+
+
+def test_a_caller_cancelled_while_it_waits_for_a_second_turn_gives_back_the_first(
+        tmp_path: Path) -> None:
+    async def main() -> None:
+        engine, store, _ = _engine(tmp_path)
+        try:
+            async with engine._turns(("b",)):  # another transition holds b's turn
+                waiter = asyncio.ensure_future(_hold(engine, ("a", "b")))
+                while engine._task_users.get("b") != 2:  # it holds a, waits for b
+                    await asyncio.sleep(0)
+                assert engine._task_locks["a"].locked()
+                waiter.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await waiter
+                assert "a" not in engine._task_locks and engine._task_users == {"b": 1}
+            assert engine._task_locks == {} and engine._task_users == {}
+        finally:
+            await store.close()
+
+    run(main())
+
+
+async def _hold(engine: Engine, task_ids: tuple[str, ...]) -> None:
+    async with engine._turns(task_ids):
+        await asyncio.sleep(3600)
 
