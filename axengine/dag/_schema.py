@@ -714,16 +714,18 @@ class DagBuilder:
                          _key_line(raw, "next"), nid, "next", _NEXT_HINT)
             return ()
         edges: list[Edge] = []
+        seen: set[Edge] = set()  # (a list's `in` made a wide fan-out quadratic)
         for i, item in enumerate(value):
             edge = self._edge(nid, i, item, _item_pos(value, i)[0] or line)
             if edge is None:
                 continue
-            if edge in edges:
+            if edge in seen:
                 self.problem("bad-edge", f"next[{i}] repeats an earlier edge to "
                              f"{edge.target!r}", edge.line, nid, f"next[{i}]",
                              "remove the duplicate")
                 continue
             edges.append(edge)
+            seen.add(edge)
         return tuple(edges)
 
     def _edge(self, nid: str, i: int, item: Any, line: int) -> Edge | None:
