@@ -18,7 +18,9 @@ always sent alone. A request that etcd refuses as a whole (larger than its
 ``--max-request-bytes``, say) is sent again as its transactions one by one, so that a
 refusal reaches only the transaction it concerns. When etcd does not answer, every
 transaction of the request gets :class:`StoreUnavailable`: as for one transaction, the
-outcome is unknown.
+outcome is unknown. A transaction that waits is answered within the store's timeout
+too: one still waiting when it lapses is not sent (:class:`StoreUnavailable`, nothing
+written).
 
 With no request on its way, a transaction is sent at once, alone: transactions one at a
 time (a chain of nodes) wait for nothing.
@@ -130,11 +132,14 @@ class Merger:
             transaction may hold at most ``max_ops`` minus the transactions beside it.
         max_bytes: Bytes of keys and values in one request (etcd's
             ``--max-request-bytes`` is 1.5 MiB by default).
+        timeout: Seconds a transaction that waits is given in all, as one sent alone
+            is (the store's ``timeout``); None: no bound here.
     """
 
     def __init__(self, send: Callable[[Any], Awaitable[Any]], *, max_in_flight: int,
-                 max_ops: int, max_bytes: int) -> None:
+                 max_ops: int, max_bytes: int, timeout: float | None = None) -> None:
         self._send = send
+        self.timeout = timeout
         self.max_in_flight = max_in_flight
         self.max_ops = max_ops
         self.max_bytes = max_bytes
@@ -154,11 +159,31 @@ class Merger:
             return await self._alone(request)
         waiting = _Waiting(request, keys)
         self._waiting.append(waiting)
+        expiry = (None if self.timeout is None else asyncio.get_running_loop().call_later(
+            self.timeout, self._expire, waiting))
         try:
             return await waiting.answer
         finally:
+            if expiry is not None:
+                expiry.cancel()
             if waiting in self._waiting:  # (cancelled before it was sent)
                 self._waiting.remove(waiting)
+
+    def _expire(self, waiting: _Waiting) -> None:
+        """The caller's timeout lapsed while the requests ahead were slow to come back
+        (etcd is down, say): it hears now, as when sent alone, not after those requests
+        and then its own."""
+        if waiting.answer.done():
+            return
+        if waiting in self._waiting:
+            self._waiting.remove(waiting)
+            error = StoreUnavailable(
+                f"etcd did not answer this store's requests within {self.timeout}s; a "
+                "transaction waiting behind them was not sent (nothing was written)")
+        else:  # (its request's answer, when it comes, is dropped)
+            error = StoreUnavailable(f"etcd did not answer within {self.timeout}s (the "
+                                     "outcome of the transaction is unknown)")
+        waiting.answer.set_exception(error)
 
     async def _alone(self, request: Any) -> Answer:
         self._in_flight += 1

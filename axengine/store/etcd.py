@@ -351,7 +351,7 @@ class EtcdStore:
         self._closed = False
         self._merger = Merger(lambda request: self._unary("Txn", request),
                               max_in_flight=merge_in_flight, max_ops=max_txn_ops,
-                              max_bytes=MERGE_MAX_BYTES)
+                              max_bytes=MERGE_MAX_BYTES, timeout=timeout)
 
     @classmethod
     def from_settings(cls, settings: EtcdSettings) -> EtcdStore:

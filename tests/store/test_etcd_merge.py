@@ -13,8 +13,11 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
+from aetcd import rpc
 
+from axengine.errors import StoreUnavailable
 from axengine.store import Delete, Get, Mod, Put, TxnResult, Value
+from axengine.store._etcd_merge import Merger
 from axengine.store.etcd import EtcdStore
 from tests.servers import Server
 
@@ -277,3 +280,47 @@ def test_a_watch_sees_every_write_of_a_merged_request_once(etcd_server: Server) 
         assert len(seen) == len(expected) and set(seen) == expected
 
     _run(etcd_server, body)
+
+
+def _put(key: bytes) -> Any:
+    return rpc.TxnRequest(compare=[], success=[
+        rpc.RequestOp(request_put=rpc.PutRequest(key=key, value=b"v"))])
+
+
+def test_a_transaction_waiting_behind_a_silent_etcd_hears_within_its_timeout() -> None:
+    """The requests on their way get no answer (etcd is down): a transaction waiting
+    behind them gets StoreUnavailable within the store's timeout, not after them and
+    then its own request. Still waiting, it is never sent; sent and unanswered, its
+    outcome is unknown. (The merger alone, with a send that answers when told.)"""
+
+    async def main() -> None:
+        sent: list[Any] = []
+        answer: dict[int, asyncio.Future[Any]] = {}
+
+        async def send(request: Any) -> Any:
+            sent.append(request)
+            answer[len(sent)] = asyncio.get_running_loop().create_future()
+            return await answer[len(sent)]
+
+        merger = Merger(send, max_in_flight=1, max_ops=128, max_bytes=1 << 20,
+                        timeout=0.05)
+        first = asyncio.ensure_future(merger.txn(_put(b"a")))
+        while not sent:
+            await asyncio.sleep(0)
+        with pytest.raises(StoreUnavailable, match="was not sent"):
+            await asyncio.wait_for(merger.txn(_put(b"b")), 10)
+        assert len(sent) == 1 and not merger._waiting
+
+        # Sent behind the first, and then nothing comes back.
+        third = asyncio.ensure_future(merger.txn(_put(b"c")))
+        while not merger._waiting:
+            await asyncio.sleep(0)
+        answer[1].set_result(rpc.TxnResponse(succeeded=True))
+        assert (await first).succeeded
+        with pytest.raises(StoreUnavailable, match="outcome of the transaction is unknown"):
+            await asyncio.wait_for(third, 10)
+        assert len(sent) == 2
+        answer[2].set_result(rpc.TxnResponse(succeeded=True))  # too late: dropped
+        await asyncio.sleep(0)
+
+    asyncio.run(main())
