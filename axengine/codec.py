@@ -249,7 +249,7 @@ def snapshot_message(s: Snapshot, *, input_json: str = "", output_json: str = ""
         visit=s.visit,
         last_updated_unix=s.last_updated,
     )
-    if isinstance(inp, dict | Mapping):  # (a dict first: the ABC check is slow)
+    if isinstance(inp, (dict, Mapping)):  # (a dict first: the ABC check is slow)
         _fill(msg.input_params, _input_params(inp, input_members))
     t = s.last_updated
     # The Timestamp is only for the seed's readers; a value it cannot hold is skipped

@@ -14,10 +14,10 @@ from jinja2.parser import Parser
 from axengine.errors import TemplateError, TemplateLimitError, TemplateSecurityError
 from axengine.limits import past_int_digits
 from axengine.template import _fast
-from axengine.template._budget import _MAX_SOURCE_CHARS, MAX_OUTPUT_CHARS, _error
+from axengine.template._budget import _MAX_SOURCE_CHARS, _error
 from axengine.template._normalize import _scan_code, normalize
 from axengine.template._sandbox import _ENV
-from axengine.template._values import _bounded_range, _to_native
+from axengine.template._values import _bounded_range, _output, _to_native
 
 _RESULT = "_ax_result"
 #: Deepest nesting of a template's syntax tree: expressions inside expressions (a
@@ -159,11 +159,4 @@ def _run(compiled: _Compiled, context: Mapping[str, Any]) -> Any:
         for _ in template.root_render_func(ctx):
             pass
         return _to_native(ctx.vars[_RESULT])
-    parts: list[str] = []
-    size = 0
-    for chunk in template.root_render_func(ctx):
-        size += len(chunk)
-        if size > MAX_OUTPUT_CHARS:
-            raise _error(TemplateLimitError, f"output longer than {MAX_OUTPUT_CHARS} characters")
-        parts.append(chunk)
-    return "".join(parts)
+    return _output(template.root_render_func(ctx))

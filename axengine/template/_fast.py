@@ -30,8 +30,8 @@ from typing import Any
 
 from jinja2 import nodes
 
-from axengine.template._budget import _SESSION, MAX_OUTPUT_CHARS, _Session
-from axengine.template._values import _output_text, _to_native
+from axengine.template._budget import _SESSION, _Session
+from axengine.template._values import _output, _output_text, _to_native
 
 #: A compiled fast form: the template's value in a context.
 Fast = Callable[[Mapping[str, Any]], Any]
@@ -85,17 +85,11 @@ def text(tree: nodes.Template) -> Fast | None:
         parts.append(value)
 
     def render(context: Mapping[str, Any]) -> str:
-        chunks: list[str] = []
-        size = 0
-        for part in parts:
-            # As Jinja's generated code: text as it is, a value through the sandbox's
-            # finalize (which bounds it).
-            chunk = part if isinstance(part, str) else _output_text(part(context))
-            size += len(chunk)
-            if size > MAX_OUTPUT_CHARS:
-                raise _Miss  # Jinja raises the limit error, with its line
-            chunks.append(chunk)
-        return "".join(chunks)
+        # As Jinja's generated code: text as it is, a value through the sandbox's
+        # finalize (which bounds it); the whole under the output bound, as _run joins it
+        # (past it, run() gives up and Jinja raises the error with its line).
+        return _output(part if isinstance(part, str) else _output_text(part(context))
+                       for part in parts)
 
     return render
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import re
 import sys
-from collections.abc import ItemsView, Iterator, KeysView, Mapping, ValuesView
+from collections.abc import ItemsView, Iterable, Iterator, KeysView, Mapping, ValuesView
 from typing import Any, NoReturn
 
 from jinja2 import pass_context
@@ -102,6 +102,19 @@ def _output_text(value: Any) -> str:
     if type(value) is str and len(value) <= MAX_OUTPUT_CHARS:
         return value
     return _text(value, MAX_OUTPUT_CHARS)
+
+
+def _output(chunks: Iterable[str]) -> str:
+    """The chunks a text template renders, joined; refused past ``MAX_OUTPUT_CHARS``
+    (checked as they come, so a long render stops at the bound)."""
+    parts: list[str] = []
+    size = 0
+    for chunk in chunks:
+        size += len(chunk)
+        if size > MAX_OUTPUT_CHARS:
+            raise _error(TemplateLimitError, f"output longer than {MAX_OUTPUT_CHARS} characters")
+        parts.append(chunk)
+    return "".join(parts)
 
 
 def _join_buffer(parts: Any) -> str:
