@@ -79,8 +79,9 @@ class ExecutorSpec:
         runners: Runners besides ``thread`` (which runs ``handler`` in this process), by
             name.
         runner: The runner of nodes that do not name one.
-        fast_share: Share of ``concurrency`` the fast lane may occupy at once (at least
-            one slot; 1.0: no cap); other lanes may use every slot.
+        fast_share: Share of ``concurrency`` the fast lane is served first in (at least
+            one slot; 1.0: every slot); above it a freed slot takes other lanes' work
+            first, fast work only when none waits.
         aging_seconds: An item waiting this long is popped before every lane and
             priority; None: strict lane order.
     """

@@ -136,8 +136,9 @@ class WorkerSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    #: Share of the executor's concurrency the fast lane may occupy at once (rounded
-    #: down, at least one slot; 1.0: no cap). The default lane may use every slot.
+    #: Share of the executor's concurrency the fast lane is served first in (rounded
+    #: down, at least one slot; 1.0: every slot). Above it a freed slot takes other
+    #: lanes' work first and fast work only when none waits.
     fast_share: float = Field(default=DEFAULT_FAST_SHARE, gt=0, le=1)
     #: Seconds after which a waiting item is served before every lane and priority.
     aging_seconds: float = Field(default=DEFAULT_AGING_SECONDS, ge=0)

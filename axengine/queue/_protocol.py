@@ -27,8 +27,9 @@ __all__ = ["DEFAULT_AGING_SECONDS", "DEFAULT_FAST_SHARE", "DEFAULT_LANE", "FAST_
 DEFAULT_LANE = "default"
 #: Lane served before the default lane (short interactive nodes).
 FAST_LANE = "fast"
-#: Share of a worker's slots the fast lane may hold at once (at least one slot), so a
-#: flood of fast work cannot take every slot from the default lane.
+#: Share of a worker's slots the fast lane is served first in (at least one slot); a
+#: slot that frees above it goes to the other lanes' work first, so a flood of fast
+#: work cannot keep them from every slot.
 DEFAULT_FAST_SHARE = 0.5
 #: Seconds after which a waiting item is popped before every lane and priority, so a
 #: single-slot worker (whose fast share is the whole worker) cannot starve a lane.

@@ -278,7 +278,7 @@ class Executor:
         clock: Node timeouts, heartbeats and the grace period follow it.
         runners: Runners besides ``thread``, by name (see :mod:`axengine.worker._runner`).
         runner: The runner of nodes that do not name one.
-        fast_share: Share of ``concurrency`` the fast lane may occupy at once.
+        fast_share: Share of ``concurrency`` the fast lane is served first in.
         aging_seconds: Wait after which an item is popped before every lane and
             priority; None: never.
         observe_run: Told the request and the seconds of every run of a handler

@@ -45,10 +45,6 @@ __all__ = ["Worker"]
 
 log = logging.getLogger("axengine.worker")
 
-#: While the fast lane holds its share of the slots, how often the other lanes are
-#: looked at when nothing else happens (a freed fast slot is filled at once).
-CAPPED_POLL = 0.02
-
 #: Longest wait of one Take at the API (an executor's free slot waiting there for the
 #: next task submitted, while the serving loop keeps popping the queue). Short: a hung
 #: executor (a frozen VM, a stopped process) may be handed a claim for this long after
@@ -114,10 +110,12 @@ class Worker:
         settings: Passed to handlers as ``ctx.settings``.
         lanes: Lanes served, in priority order.
         poll_timeout: Longest wait of one queue pop.
-        fast_share: Share of ``concurrency`` the fast lane may occupy at once (rounded
-            down, at least one slot; 1.0: no cap). Other lanes may use every slot,
-            including idle fast ones. Applies when the worker serves the fast lane and
-            another.
+        fast_share: Share of ``concurrency`` the fast lane is served first in (rounded
+            down, at least one slot; 1.0: every slot). A slot that frees while the
+            fast lane holds its share asks the other lanes first and takes fast work
+            only when they are empty: no slot idles while work waits, and work of the
+            other lanes takes the next slot that frees above the share. Applies when
+            the worker serves the fast lane and another.
         aging_seconds: An item waiting this long (queue clock) is popped before every
             lane and priority, oldest first; None: strict lane order.
         clock: Node timeouts and heartbeat intervals follow it.
@@ -171,16 +169,14 @@ class Worker:
         self.poll_timeout = poll_timeout
         self.aging_seconds = aging_seconds
         self.fast_share = fast_share
-        # Lanes popped while the fast lane holds its share; None: the fast lane is not
-        # capped (not served, served alone, or allowed every slot).
+        # The lanes in the order a free slot asks them while the fast lane holds its
+        # share: the others first, the fast lane last. None: the fast lane has no share
+        # (not served, served alone, or given every slot).
         others = tuple(lane for lane in self.lanes if lane != FAST_LANE)
         self.fast_slots = max(1, int(concurrency * fast_share))
-        self._capped_lanes = (others if others and FAST_LANE in self.lanes
-                              and self.fast_slots < concurrency else None)
+        self._over_share_lanes = ((*others, FAST_LANE) if others and FAST_LANE in self.lanes
+                                  and self.fast_slots < concurrency else None)
         self._fast_in_flight = 0
-        #: Set when a fast slot frees: the loop, waiting while the fast lane held its
-        #: share, pops again at once.
-        self._fast_freed = asyncio.Event()
         self.clock = clock
         self.runners: dict[str, Runner] = {THREAD: ThreadRunner(handler,
                                                                 concurrency=concurrency)}
@@ -209,12 +205,9 @@ class Worker:
     async def run(self, stop: asyncio.Event) -> None:
         """Serve until ``stop`` is set, then finish the runs in flight.
 
-        Each free slot pops one item. While the fast lane holds ``fast_slots`` of them,
-        the loop asks the other lanes without waiting and, when they are empty, waits
-        for a fast slot to free (at most :data:`CAPPED_POLL`, then it asks again): a
-        blocking pop cannot be cut short when a fast slot frees (a cancelled Redis pop
-        may strand its item in the processing list), and a freed fast slot must not
-        stay empty while fast items wait.
+        Each free slot pops one item, from every lane the worker serves: in lane order
+        while the fast lane holds fewer than ``fast_slots`` slots, the fast lane last
+        once it holds them (:meth:`_lanes_open`).
         """
         await self.queue.recover(self.worker_id)
         self._stop = stop
@@ -232,27 +225,15 @@ class Worker:
                 if stop.is_set():
                     slots.release()
                     break
-                capped = (self._capped_lanes is not None
-                          and self._fast_in_flight >= self.fast_slots)
-                if capped:
-                    self._fast_freed.clear()
-                    item = await self.queue.pop(self.worker_id, lanes=self._capped_lanes
-                                                or (), timeout=0, aging=self.aging_seconds)
-                    if item is None:
-                        slots.release()
-                        with contextlib.suppress(TimeoutError):
-                            await asyncio.wait_for(self._fast_freed.wait(), CAPPED_POLL)
-                        continue
-                else:
-                    self._polling = True
-                    if not slots.locked():
-                        self._take_wake.set()
-                    try:
-                        item = await self.queue.pop(self.worker_id, lanes=self.lanes,
-                                                    timeout=self.poll_timeout,
-                                                    aging=self.aging_seconds)
-                    finally:
-                        self._polling = False
+                self._polling = True
+                if not slots.locked():
+                    self._take_wake.set()
+                try:
+                    item = await self.queue.pop(
+                        self.worker_id, lanes=self._lanes_open(self._fast_in_flight),
+                        timeout=self.poll_timeout, aging=self.aging_seconds)
+                finally:
+                    self._polling = False
                 if item is None:
                     slots.release()
                     continue
@@ -432,14 +413,12 @@ class Worker:
             # Before the slot: the loop that takes it must see the fast share free.
             if lane == FAST_LANE:
                 self._fast_in_flight -= 1
-                self._fast_freed.set()
             slots.release()
 
     def _switch_lane(self, old: str, new: str) -> None:
         """A slot goes on with an item of another lane: the fast share follows it."""
         if old == FAST_LANE:
             self._fast_in_flight -= 1
-            self._fast_freed.set()
         if new == FAST_LANE:
             self._fast_in_flight += 1
 
@@ -517,16 +496,17 @@ class Worker:
         return self._stop is not None and not self._stop.is_set()
 
     def _lanes_open(self, fast_in_flight: int) -> Sequence[str]:
-        """The lanes a free slot may take work from with ``fast_in_flight`` fast slots
-        busy: every lane, or the others once the fast lane holds its share."""
-        if self._capped_lanes is not None and fast_in_flight >= self.fast_slots:
-            return self._capped_lanes
+        """The lanes a free slot takes work from with ``fast_in_flight`` fast slots busy,
+        in the order it asks them: the worker's order, or the fast lane last once it
+        holds its share (fast work then takes a slot only when no other work waits)."""
+        if self._over_share_lanes is not None and fast_in_flight >= self.fast_slots:
+            return self._over_share_lanes
         return self.lanes
 
     async def _take_next(self, lane: str) -> WorkItem | None:
         """Pop, without waiting, the item this slot would take once the node it runs in
-        ``lane`` completes — from the lanes the serving loop would pop then (the fast
-        lane capped by its share, that slot counted free). None: nothing waits there,
+        ``lane`` completes — from the lanes, in the order, the serving loop would pop
+        then (that slot counted free). None: nothing waits there,
         or a free slot waits in a pop on every lane (what is queued goes to it; asking
         the queue would cost a round trip per node that finds nothing)."""
         if self._polling:

@@ -110,7 +110,7 @@ def test_fast_lane_holds_at_most_its_share_while_default_work_waits() -> None:
         async def scenario() -> None:
             await worker.until(lambda: sum(worker.running.values()) == 4)
             assert worker.running == Counter({FAST_LANE: 2, DEFAULT_LANE: 2})
-            gate.set()  # let everything finish; the share must hold all the way
+            gate.set()  # let everything finish: default work waits all the way
             await worker.until(lambda: len(worker.order) == 12)
             assert worker.peak_fast == 2
             # The first four taken: two fast (the share), then default ones.
@@ -139,25 +139,58 @@ def test_default_lane_borrows_every_slot_when_no_fast_work() -> None:
     asyncio.run(main())
 
 
-def test_fast_work_alone_stays_within_its_share() -> None:
+def test_fast_work_borrows_every_slot_when_nothing_else_waits() -> None:
     async def main() -> None:
         gate = asyncio.Event()
         queue = PopLog()
         worker = Recorder(lambda _: gate.wait(), queue=queue, concurrency=4,
                           fast_share=0.5, poll_timeout=0.05)
-        await queue.enqueue(items(FAST_LANE, 4))
+        await queue.enqueue(items(FAST_LANE, 5))
 
         async def scenario() -> None:
-            await worker.until(lambda: worker.running[FAST_LANE] == 2)
-            # The next free slot asks for the default lane only: the cap holds.
-            async with asyncio.timeout(HANG):
-                while (DEFAULT_LANE,) not in queue.asked:
-                    queue.popping.clear()
-                    await queue.popping.wait()
-            assert worker.running[FAST_LANE] == 2 and await queue.depth(FAST_LANE) == 2
+            await worker.until(lambda: worker.running[FAST_LANE] == 4)
+            assert await queue.depth(FAST_LANE) == 1
+            # Past the share the free slots asked the default lane first.
+            assert queue.asked[:4] == [(FAST_LANE, DEFAULT_LANE)] * 2 + [
+                (DEFAULT_LANE, FAST_LANE)] * 2
             gate.set()
-            await worker.until(lambda: len(worker.order) == 4)
-            assert worker.peak_fast == 2
+            await worker.until(lambda: len(worker.order) == 5)
+            assert worker.peak_fast == 4
+
+        await serve(worker, scenario)
+
+    asyncio.run(main())
+
+
+def test_a_slot_freed_above_the_fast_share_goes_to_default_work() -> None:
+    """Fast work holds every slot (nothing else waited); default work queued meanwhile
+    takes the next slot that frees, ahead of fast work queued before it, and the fast
+    lane goes back to its share."""
+    async def main() -> None:
+        queue = InProcessQueue()
+        gates: dict[str, asyncio.Event] = {}
+
+        async def body(item: WorkItem) -> None:
+            await gates.setdefault(item.task_id, asyncio.Event()).wait()
+
+        worker = Recorder(body, queue=queue, concurrency=4, fast_share=0.5)
+        first = items(FAST_LANE, 4)
+        await queue.enqueue(first)
+
+        async def scenario() -> None:
+            await worker.until(lambda: worker.running[FAST_LANE] == 4)
+            await queue.enqueue(items(FAST_LANE, 2, prefix="late"))
+            await queue.enqueue(items(DEFAULT_LANE, 2))
+            for n, item in enumerate(first[:2], start=1):
+                gates.setdefault(item.task_id, asyncio.Event()).set()
+                await worker.until(lambda n=n: worker.running[DEFAULT_LANE] == n)
+            assert worker.running == Counter({FAST_LANE: 2, DEFAULT_LANE: 2})
+            assert await queue.depth(FAST_LANE) == 2  # the share: fast work waits
+            for gate in gates.values():
+                gate.set()
+            for item in [*items(FAST_LANE, 2, prefix="late"), *items(DEFAULT_LANE, 2)]:
+                gates.setdefault(item.task_id, asyncio.Event()).set()
+            await worker.until(lambda: len(worker.order) == 8)
 
         await serve(worker, scenario)
 
@@ -296,17 +329,17 @@ def test_embedded_engine_runs_the_highest_priority_task_first(tmp_path: Path) ->
 
 def test_a_completing_slot_takes_next_what_the_serving_loop_would_pop() -> None:
     """As a node completes, its slot pops the item it runs next (``_take_next``): from
-    the lanes the loop would pop once that slot is free — fast first while the fast
-    lane is under its share, the other lanes only when it holds its share without
+    the lanes, in the order, the loop would pop once that slot is free — fast first
+    while the fast lane is under its share, fast last when it holds its share without
     this slot."""
     async def main() -> None:
         queue = PopLog()
         worker = Recorder(_never, queue=queue, concurrency=4, fast_share=0.5)
-        await queue.enqueue(items(FAST_LANE, 2) + items(DEFAULT_LANE, 2))
+        await queue.enqueue(items(FAST_LANE, 3) + items(DEFAULT_LANE, 2))
         worker._fast_in_flight = 2  # the fast lane holds its share (2 of 4)...
-        taken = await worker._take_next(DEFAULT_LANE)  # ...so a default slot stays so
+        taken = await worker._take_next(DEFAULT_LANE)  # ...so default work comes first
         assert taken is not None and taken.lane == DEFAULT_LANE
-        assert queue.asked[-1] == (DEFAULT_LANE,)
+        assert queue.asked[-1] == (DEFAULT_LANE, FAST_LANE)
         taken = await worker._take_next(FAST_LANE)  # a fast slot frees one fast share
         assert taken is not None and taken.lane == FAST_LANE
         assert queue.asked[-1] == (FAST_LANE, DEFAULT_LANE)
@@ -314,9 +347,11 @@ def test_a_completing_slot_takes_next_what_the_serving_loop_would_pop() -> None:
         taken = await worker._take_next(DEFAULT_LANE)  # under its share: fast first
         assert taken is not None and taken.lane == FAST_LANE
         worker._fast_in_flight = 2
-        assert await worker._take_next(DEFAULT_LANE) is not None  # the last default
-        assert await worker._take_next(DEFAULT_LANE) is None  # none left in its lanes
-        assert await queue.depth(FAST_LANE) == 0
+        taken = await worker._take_next(DEFAULT_LANE)  # the last default
+        assert taken is not None and taken.lane == DEFAULT_LANE
+        taken = await worker._take_next(DEFAULT_LANE)  # no default left: fast borrows
+        assert taken is not None and taken.lane == FAST_LANE
+        assert await worker._take_next(DEFAULT_LANE) is None  # nothing left
 
     asyncio.run(main())
 
