@@ -90,6 +90,12 @@ async def serve(worker: Worker, scenario: Callable[[], Any]) -> None:
     running = asyncio.create_task(worker.run(stop))
     try:
         await scenario()
+    except BaseException:
+        # A failed scenario may leave bodies waiting on gates it never opened: the
+        # stop would wait for them (a stopping worker finishes its runs).
+        for slot in list(worker._active):
+            slot.cancel()
+        raise
     finally:
         stop.set()
         async with asyncio.timeout(HANG):
@@ -170,8 +176,11 @@ def test_a_slot_freed_above_the_fast_share_goes_to_default_work() -> None:
         queue = InProcessQueue()
         gates: dict[str, asyncio.Event] = {}
 
+        def gate(task_id: str) -> asyncio.Event:
+            return gates.setdefault(task_id, asyncio.Event())
+
         async def body(item: WorkItem) -> None:
-            await gates.setdefault(item.task_id, asyncio.Event()).wait()
+            await gate(item.task_id).wait()
 
         worker = Recorder(body, queue=queue, concurrency=4, fast_share=0.5)
         first = items(FAST_LANE, 4)
@@ -179,17 +188,16 @@ def test_a_slot_freed_above_the_fast_share_goes_to_default_work() -> None:
 
         async def scenario() -> None:
             await worker.until(lambda: worker.running[FAST_LANE] == 4)
-            await queue.enqueue(items(FAST_LANE, 2, prefix="late"))
+            late = items(FAST_LANE, 2, prefix="late")
+            await queue.enqueue(late)
             await queue.enqueue(items(DEFAULT_LANE, 2))
             for n, item in enumerate(first[:2], start=1):
-                gates.setdefault(item.task_id, asyncio.Event()).set()
+                gate(item.task_id).set()
                 await worker.until(lambda n=n: worker.running[DEFAULT_LANE] == n)
             assert worker.running == Counter({FAST_LANE: 2, DEFAULT_LANE: 2})
             assert await queue.depth(FAST_LANE) == 2  # the share: fast work waits
-            for gate in gates.values():
-                gate.set()
-            for item in [*items(FAST_LANE, 2, prefix="late"), *items(DEFAULT_LANE, 2)]:
-                gates.setdefault(item.task_id, asyncio.Event()).set()
+            for item in [*first, *late, *items(DEFAULT_LANE, 2)]:
+                gate(item.task_id).set()
             await worker.until(lambda: len(worker.order) == 8)
 
         await serve(worker, scenario)
