@@ -42,6 +42,7 @@ from axengine.store import (
     StoreWrapper,
     TxnResult,
 )
+from axengine.store.embedded import SqliteStore
 from axengine.wiring import open_queue, open_store
 from axengine.worker import Worker
 from bench import shapes
@@ -69,6 +70,9 @@ class CountingStore(StoreWrapper):
     def __init__(self, inner: StateStore) -> None:
         super().__init__(inner)
         self.counts: Counter[str] = Counter()
+        #: While a list: the writes of every transaction that wrote, in commit order
+        #: (for :func:`replay`).
+        self.recorded: list[list[Op]] | None = None
 
     async def get(self, key: str) -> KeyValue | None:
         self.counts["get"] += 1
@@ -92,6 +96,8 @@ class CountingStore(StoreWrapper):
         self.counts["puts"] += writes
         if writes:
             self.counts["write_txns"] += 1
+            if self.recorded is not None:
+                self.recorded.append([op for op in branch if isinstance(op, Put | Delete)])
         elif any(isinstance(op, Get) for op in branch):
             self.counts["read_txns"] += 1  # reads several keys or prefixes at once
         if not result.succeeded:
@@ -271,6 +277,8 @@ async def _run(spec: dict[str, Any]) -> dict[str, Any]:
         dag = load_dag_mapping(shapes.shape(kind, size, lane=spec.get("lane")))
         await engine.put_dag(dag)
         store.counts.clear()
+        if spec.get("replay") and store_url.startswith("sqlite"):
+            store.recorded = []
         queue.counts.clear()
         servers = {name: proc_cpu(pid) for name, pid in spec.get("server_pids", {}).items()}
         profiler = cProfile.Profile() if spec.get("profile") else None
@@ -286,6 +294,7 @@ async def _run(spec: dict[str, Any]) -> dict[str, Any]:
         server_cpu = {name: round(proc_cpu(pid) - servers[name], 3)
                       for name, pid in spec.get("server_pids", {}).items()}
         counts_store, counts_queue = dict(store.counts), dict(queue.counts)
+        recorded, store.recorded = store.recorded, None
         latencies: dict[str, list[float]] = {}
         kinds: Counter[str] = Counter()
         slowest = ("", 0.0)
@@ -336,9 +345,38 @@ async def _run(spec: dict[str, Any]) -> dict[str, Any]:
                                     ("get", "get_many", "range", "read_txns")) / nodes, 3),
         "queue_calls_per_node": round(counts_queue.get("calls", 0) / nodes, 3),
     }
+    if recorded:
+        result["store_replay"] = await replay(recorded, nodes)
     if profiler is not None:
         result["profile"] = profile_summary(profiler, int(spec.get("profile_top", 25)))
     return result
+
+
+async def replay(writes: Sequence[Sequence[Op]], nodes: int) -> dict[str, Any]:
+    """The store alone: ``writes`` (a workload's write transactions, in commit order)
+    committed one after another on a new :class:`SqliteStore` (``synchronous=FULL``, as
+    the engine's), without compares and without the engine. What a node costs beyond
+    it is the engine's; what it costs is a bound no engine on this store goes under."""
+    home = Path(tempfile.mkdtemp(prefix="ax-bench-replay-"))
+    store = SqliteStore(path=home / "replay.db")
+    took: list[float] = []
+    try:
+        cpu0, t0 = cpu_seconds(), time.perf_counter()
+        for ops in writes:
+            t = time.perf_counter()
+            await store.txn((), ops)
+            took.append(time.perf_counter() - t)
+        wall, cpu = time.perf_counter() - t0, cpu_seconds() - cpu0
+    finally:
+        await store.close()
+        shutil.rmtree(home, ignore_errors=True)
+    return {"txns": len(writes), "puts_per_txn": round(
+                sum(isinstance(op, Put) for ops in writes for op in ops) / len(writes), 2),
+            "bytes_per_txn": round(sum(len(op.value) for ops in writes for op in ops
+                                       if isinstance(op, Put)) / len(writes)),
+            "wall_per_node_ms": round(wall / nodes * 1000, 4),
+            "cpu_per_node_ms": round(cpu / nodes * 1000, 4),
+            "txn": summary(took)}
 
 
 #: Timeline events of a clean run; any other kind (``lease_expired``, ``retry``,

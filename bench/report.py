@@ -624,6 +624,37 @@ def _reconciler_md(rec: _Result) -> str:
                       "p90 ms", "reads/pass", "txns/pass", "growth"], rows))
 
 
+def _store_alone_md(results: _Result) -> str:
+    """The embedded one-at-a-time workloads next to their own write transactions
+    replayed on the store alone (``store_replay``: same writes, same durability, no
+    engine), and what a ratio of 0.5 to each peer would leave for the engine."""
+    rows = []
+    for name, r in (_get(results, "embedded", "workloads") or {}).items():
+        alone = r.get("store_replay") if _ok(r) else None
+        if not alone:
+            continue
+        ax, store = r["wall_per_node_ms"], alone["wall_per_node_ms"]
+        peers = []
+        for label, key, _ in _PEERS:
+            wall = _get(results, "peer", key, name, "wall_per_node_ms")
+            if isinstance(wall, int | float):
+                peers.append(f"{label} {_f(wall)}: {_f(wall * PEER_TARGET - store)}")
+        rows.append([name, _f(ax), f"{_f(store)} ({store / ax:.0%})", _f(ax - store),
+                     _f(alone["txn"]["p50_ms"]), f"{alone['puts_per_txn']} / "
+                     f"{alone['bytes_per_txn']} B", "; ".join(peers) or "-"])
+    if not rows:
+        return ""
+    return ("Each one-at-a-time embedded workload's write transactions, in commit order, "
+            "committed again one after another on a new SQLite store (`synchronous=FULL`, "
+            "as the engine's) without compares and without the engine (`bench.axrun."
+            "replay`): no engine on this store and disk goes under that. Wall time per "
+            "node; the last column is each peer's wall time per node and what a ratio of "
+            "0.5 to it leaves for the engine beyond the store.\n\n"
+            + _table(["workload", "ax ms", "the store alone ms (share)", "the rest ms",
+                      "store txn p50 ms", "puts / bytes per txn",
+                      "peer ms: left for the engine at 0.5"], rows))
+
+
 def markdown(results: _Result) -> str:
     """The human-readable report (``results.md``)."""
     meta = results.get("meta", {})
@@ -693,6 +724,10 @@ def markdown(results: _Result) -> str:
     celery = _get(results, "peer", "celery") or {}
     if celery:
         out.append(f"\nCelery: {celery.get('status')} — {celery.get('reason')}\n")
+    store_alone = _store_alone_md(results)
+    if store_alone:
+        out.append("\n### The store alone\n")
+        out.append(store_alone)
     out.append("\n## Scaling\n")
     out.append(_scaling_md(results, summary))
     out.append("\n## The SDK as users call it\n")

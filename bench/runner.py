@@ -468,8 +468,11 @@ class Runner:
             "chain": f"chain of {size}",
             "fanout": f"fan-out/fan-in of {size}",
         }[name]
+        # The one-at-a-time workloads are replayed on the store alone afterwards (outside
+        # the timed window): what the engine adds to the store, shown next to the peers.
         return self._ax_turn(out.setdefault("workloads", {}), name, f"embedded: {label}",
-                             shape=kind, size=size, tasks=tasks, inflight=inflight)
+                             shape=kind, size=size, tasks=tasks, inflight=inflight,
+                             replay=inflight == 1)
 
     def _peer_turns(self, out: dict[str, Any], name: str) -> list[Turn]:
         """The workload ``name`` of every peer, kept in ``out[peer]``."""

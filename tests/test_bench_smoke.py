@@ -182,6 +182,15 @@ def test_ax_and_the_peers_take_turns_shape_by_shape(tmp_path: Path, shape: str) 
     for name, r in workloads.items():
         _check_engine(f"embedded/{name}", r)
         _keeps_every_round(f"embedded/{name}", r)
+        if r["inflight"] == 1:
+            # Replayed on the store alone: every write transaction of the timed window.
+            alone = r["store_replay"]
+            assert alone["txns"] == r["store"]["write_txns"] > 0, name
+            assert alone["wall_per_node_ms"] > 0 and alone["puts_per_txn"] >= 1, name
+            section = markdown.partition("### The store alone")[2].partition("\n## ")[0]
+            assert f"\n| {name} | " in section, section
+        else:
+            assert "store_replay" not in r, name
     for peer in ("langgraph", "dbos"):
         runs = results["peer"][peer]
         assert set(runs) == {shape}, peer
