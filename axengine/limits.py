@@ -51,10 +51,13 @@ __all__ = [
     "canonical_parts",
     "check_json_value",
     "check_labels",
+    "checked_parts",
     "finite_float",
     "finite_number",
     "is_utf8",
     "json_depth",
+    "keep_text",
+    "kept_text",
     "known_text",
     "parse_json_text",
     "past_int_digits",
@@ -139,6 +142,20 @@ def known_text(value: Any, known: KnownTexts | None,
     """The entry of ``known`` for this very ``value`` (its id, and the value itself:
     an id alone may be another object's by now), or None."""
     found = known.get(id(value)) if known is not None else None
+    return found if found is not None and found[0] is value else None
+
+
+def keep_text(holder: Any, value: Any, text: str, members: dict[str, str] | None) -> None:
+    """Attach to ``holder`` — a frozen record that carries ``value``, such as a node's
+    outcome — the canonical text of ``value`` and of its members (:func:`checked_parts`),
+    for the one who hashes and stores it next (:func:`kept_text`)."""
+    object.__setattr__(holder, "_canonical", (value, text, members))
+
+
+def kept_text(holder: Any, value: Any) -> tuple[Any, str, dict[str, str] | None] | None:
+    """What :func:`keep_text` attached to ``holder`` for this very ``value`` (an entry
+    of :data:`KnownTexts`), or None."""
+    found = getattr(holder, "__dict__", {}).get("_canonical")
     return found if found is not None and found[0] is value else None
 
 
@@ -362,6 +379,32 @@ def check_json_value(value: Any, field: str, *, max_depth: int = MAX_JSON_DEPTH,
         InputError: Not standard JSON, nested deeper than ``max_depth`` or larger than
             ``max_bytes``; the message names ``field`` and the limit.
     """
+    _check_tree(value, field, max_depth)
+    data = canonical_bytes(value, field)  # the walk left the digit limit, surrogates
+    if len(data) > max_bytes:
+        raise InputError(f"{field} is {len(data)} bytes of JSON; the limit is {max_bytes}")
+    return data
+
+
+def checked_parts(value: Any, field: str, *, max_depth: int = MAX_JSON_DEPTH,
+                  max_bytes: int = MAX_JSON_BYTES) -> tuple[str, dict[str, str] | None]:
+    """:func:`check_json_value`, giving what :func:`canonical_parts` gives (the canonical
+    text, and each member's for an object) instead of the bytes: a checker whose value
+    is hashed and stored next (:func:`keep_text`) encodes it once.
+
+    Raises:
+        InputError: As :func:`check_json_value`.
+    """
+    _check_tree(value, field, max_depth)
+    text, members = canonical_parts(value, field)
+    size = len(json_text_bytes(text, field))  # (a lone surrogate is refused here)
+    if size > max_bytes:
+        raise InputError(f"{field} is {size} bytes of JSON; the limit is {max_bytes}")
+    return text, members
+
+
+def _check_tree(value: Any, field: str, max_depth: int) -> None:
+    """The walk of :func:`check_json_value`: every type, float, key and depth."""
     stack: list[tuple[Any, int, str]] = [(value, 0, field)]
     while stack:
         item, depth, where = stack.pop()
@@ -392,10 +435,6 @@ def check_json_value(value: Any, field: str, *, max_depth: int = MAX_JSON_DEPTH,
             if kind is float and math.isfinite(child):
                 continue
             stack.append((child, depth, where))
-    data = canonical_bytes(value, field)  # the walk left the digit limit, surrogates
-    if len(data) > max_bytes:
-        raise InputError(f"{field} is {len(data)} bytes of JSON; the limit is {max_bytes}")
-    return data
 
 
 def parse_json_text(text: str | bytes, field: str, *, max_depth: int = MAX_JSON_DEPTH,

@@ -44,6 +44,7 @@ from axengine.limits import (
     canonical_list,
     canonical_parts,
     json_text_bytes,
+    kept_text,
     known_text,
     sha256_json,
 )
@@ -950,6 +951,10 @@ def plan_complete(view: View, node_id: str, *, fence: int, outcome: Outcome, now
     if not holds(snap, fence, now):
         return Plan("stale")
     b = _builder(view, now, ids, snap.owner)
+    if isinstance(outcome, Success):
+        known = kept_text(outcome, outcome.output)
+        if known is not None:  # (encoded by the runner's check: not encoded again)
+            b.plan.encoded[id(outcome.output)] = known
     ramped = _ramp_after(view, node, outcome, now, config)
     if ramped is not None:
         b.plan.ramps[ramped[0]] = ramped[1]

@@ -38,7 +38,7 @@ from typing import Any, Protocol
 from axengine import faults
 from axengine.activity import ActivitySample, sample_thread
 from axengine.errors import InputError
-from axengine.limits import MAX_CHECKPOINT_BYTES, check_json_value
+from axengine.limits import MAX_CHECKPOINT_BYTES, check_json_value, checked_parts, keep_text
 from axengine.worker._context import RunContext
 from executors.contract import (
     Failure,
@@ -107,8 +107,11 @@ def checked_outcome(outcome: Outcome, node_id: str) -> Outcome:
     checkpoint is not JSON within :data:`MAX_CHECKPOINT_BYTES`."""
     try:
         if isinstance(outcome, Success):
-            check_json_value(outcome.output, f"output of node {node_id!r}",
-                             max_bytes=sys.maxsize)
+            # The text made for the check goes with the outcome: the engine hashes and
+            # stores the output from it instead of encoding it again.
+            text, members = checked_parts(outcome.output, f"output of node {node_id!r}",
+                                          max_bytes=sys.maxsize)
+            keep_text(outcome, outcome.output, text, members)
         elif isinstance(outcome, Paused) and outcome.checkpoint is not None:
             check_json_value(outcome.checkpoint, f"checkpoint of node {node_id!r}",
                              max_bytes=MAX_CHECKPOINT_BYTES)

@@ -51,6 +51,7 @@ from axengine import codec
 from axengine.activity import Activity
 from axengine.engine import ClaimResult, Completed
 from axengine.errors import AxError, BlobError, InputError, StoreError, class_for_grpc
+from axengine.limits import kept_text
 from executors.contract import Failure, NodeRequest, Outcome, Paused, Success, Unavailable
 from proto.ax.v1 import ax_pb2, ax_pb2_grpc
 
@@ -496,7 +497,9 @@ class GrpcEngineClient:
         request = ax_pb2.CompleteRequest(task_id=task_id, node_id=node_id, fence=fence,
                                          worker_id=worker)
         if isinstance(outcome, Success):
-            request.success.output_json = codec.canonical_json(outcome.output)
+            known = kept_text(outcome, outcome.output)  # (the runner's check made it)
+            request.success.output_json = (known[1] if known is not None
+                                           else codec.canonical_json(outcome.output))
         elif isinstance(outcome, Unavailable):
             request.unavailable.dependency = outcome.dependency
             request.unavailable.evidence = outcome.evidence

@@ -5,6 +5,7 @@ snapshot's write reuses it. The hash is the one :func:`sha256_json` gives."""
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -17,8 +18,17 @@ from axengine import template
 from axengine.dag import load_dag_text
 from axengine.engine._refs import passed_output
 from axengine.engine._rules import Plan, _Builder, sha256_json
-from axengine.limits import canonical_json, canonical_list, canonical_parts
+from axengine.errors import InputError
+from axengine.limits import (
+    canonical_json,
+    canonical_list,
+    canonical_parts,
+    json_text_bytes,
+    kept_text,
+)
 from axengine.testing import AsyncAxTestEngine
+from axengine.worker import checked_outcome
+from executors.contract import Failure, Success
 
 JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
@@ -103,12 +113,35 @@ def test_an_output_and_its_rendered_input_are_encoded_once_per_write(
     params = {"input": output}
     assert use.input == params
     assert use.input_revision == sha256_json([run.task_id, "use", params])
-    # Each text of the value made: make's output checked by the runner, then hashed
-    # and stored from one text. use's input passes that output on (a copy of it): it
-    # is hashed and stored from the same text when readied (its per-key copy,
-    # input_params, too), that text kept for the writes of use's snapshot that follow
-    # (its completion). Two; it was eight, then three.
-    assert times == 2, written
+    # Each text of the value made: make's output checked by the runner, which hands
+    # its text on with the outcome; the engine hashes and stores the output from it.
+    # use's input passes that output on (a copy of it): it is hashed and stored from
+    # the same text when readied (its per-key copy, input_params, too), that text kept
+    # for the writes of use's snapshot that follow (its completion). One; it was
+    # eight, then three, then two.
+    assert times == 1, written
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=JSON)
+def test_the_runners_check_gives_the_canonical_text_with_the_outcome(value: Any) -> None:
+    # What the engine then hashes and stores (kept_text): the same text and members as
+    # encoding the output itself, or the same refusal.
+    outcome = checked_outcome(Success(value), "make")
+    try:
+        text, members = canonical_parts(value, "output of node 'make'")
+        json_text_bytes(text, "output of node 'make'")
+    except InputError as exc:
+        assert outcome == Failure(str(exc), retryable=False)
+        assert kept_text(outcome, value) is None
+        return
+    assert outcome == Success(value)
+    kept = kept_text(outcome, value)
+    assert kept is not None and kept[0] is value and kept[1:] == (text, members)
+    if isinstance(value, dict | list):  # an equal copy is another value: not its text
+        assert kept_text(outcome, copy.deepcopy(value)) is None
+    if isinstance(value, dict):
+        assert members == {k: canonical_json(v) for k, v in value.items()}
 
 
 @settings(max_examples=300, deadline=None)
