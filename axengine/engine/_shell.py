@@ -759,7 +759,10 @@ class Engine(EngineReads):
         faults.point("before-commit")
         result = await self._store.txn(txn.compares, txn.ops, failure)
         if result.succeeded:
-            for key, record, size in txn.learned:
+            # Last written, first in: when one transaction writes more records than the
+            # cache holds (a wide fan-out readied at once), those it wrote first stay —
+            # the queue serves its nodes in that order.
+            for key, record, size in reversed(txn.learned):
                 self._cache.put(key, result.revision, record, size)
             self._cache.drop(txn.forgotten)
             faults.point("after-commit")

@@ -521,6 +521,33 @@ def test_the_record_cache_is_bounded_and_never_goes_back() -> None:
     assert cache.get("a") is None and cache.get("c") == (1, "C")
 
 
+def test_a_fan_out_wider_than_the_cache_keeps_the_branches_served_first(
+        make_engine: Callable[..., Engine]) -> None:
+    """One transaction that readies more nodes than the record cache holds keeps those
+    it wrote first: the queue serves them first, so their claims find them cached."""
+    from axengine.engine._cache import RecordCache
+
+    async def main() -> None:
+        engine = make_engine()
+        engine._cache = RecordCache(max_entries=6)
+        branches = [f"b{i}" for i in range(10)]
+        dag = load_dag_mapping({"name": "wide", "nodes": {
+            "src": {"type": "tool_call", "tool": "echo", "input": "s", "next": branches},
+            **{b: {"type": "tool_call", "tool": "echo", "input": b} for b in branches}}},
+            tools=TOOLS, models=set())
+        task = (await engine.submit(dag, {})).task_id
+        await _drain(engine.queue)  # type: ignore[arg-type]
+        first = await engine.claim(task, "src", worker="w1")
+        assert first.request is not None
+        await engine.complete(task, "src", fence=first.request.fence, outcome=Success("s"))
+        served = [i.node_id for i in await _drain(engine.queue)]  # type: ignore[arg-type]
+        assert served == branches
+        cached = {key.rsplit("/", 1)[-1] for key in engine._cache._entries}
+        assert {"b0", "b1", "b2", "b3"} <= cached and "b9" not in cached, cached
+
+    run(main())
+
+
 def test_two_transitions_join_only_within_the_stores_limits() -> None:
     """A completion and another task's claim go in one transaction only when they write
     no key in common and the joined compares and writes fit the store's max_txn_ops."""
