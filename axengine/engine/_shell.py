@@ -221,6 +221,7 @@ def _merged(plans: Sequence[rules.Plan]) -> rules.Plan:
         merged.acks.extend(plan.acks)
         merged.ramps.update(plan.ramps)
         merged.durations.update(plan.durations)
+        merged.encoded.update(plan.encoded)  # (outputs hashed in the decisions: not again)
         if plan.task is not None:
             merged.task = plan.task
     return merged

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import json
 from collections import Counter
 from collections.abc import Awaitable
 from pathlib import Path
@@ -275,6 +276,44 @@ def test_siblings_completing_at_once_share_transactions(tmp_path: Path) -> None:
             await store.close()
 
     run(main())
+
+
+def test_a_group_writes_each_output_from_the_text_its_decision_hashed(
+        tmp_path: Path, monkeypatch: Any) -> None:
+    """Siblings committed together: each output is encoded once, to be hashed, and
+    written from that text (the group's plan keeps what its decisions made)."""
+    pad = "x" * 2000
+    made: list[int] = []
+    original = json.JSONEncoder.encode
+
+    def counting(self: json.JSONEncoder, value: Any) -> str:
+        text = original(self, value)
+        if pad in text:
+            made.append(len(text))
+        return text
+
+    async def main() -> None:
+        engine, store, _ = _engine(tmp_path)
+        try:
+            task = await _fanned_out(engine, 8)
+            claims = await asyncio.gather(*(engine.claim(task, f"n{i}", worker="w")
+                                            for i in range(1, 9)))
+            fences = [c.request.fence for c in claims if c.request is not None]
+            before = store.commits
+            monkeypatch.setattr(json.JSONEncoder, "encode", counting)
+            answers = await asyncio.gather(*(engine.complete(
+                task, f"n{i}", fence=fence, outcome=Success({"v": i, "pad": pad}))
+                for i, fence in enumerate(fences, 1)))
+            monkeypatch.undo()
+            assert answers == ["committed"] * 8 and store.commits - before == 1
+            view = await engine.get_task(task)
+            assert [view.snapshots[f"n{i}"].output for i in range(1, 9)] == [
+                {"v": i, "pad": pad} for i in range(1, 9)]
+        finally:
+            await store.close()
+
+    run(main())
+    assert len(made) == 8, made
 
 
 def test_a_group_that_loses_its_compare_commits_each_transition_alone(
