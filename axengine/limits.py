@@ -25,6 +25,7 @@ of printable text, a bounded number of each, and the ``ax.`` prefix kept for ax'
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -148,8 +149,10 @@ def known_text(value: Any, known: KnownTexts | None,
 def keep_text(holder: Any, value: Any, text: str, members: dict[str, str] | None) -> None:
     """Attach to ``holder`` — a frozen record that carries ``value``, such as a node's
     outcome — the canonical text of ``value`` and of its members (:func:`checked_parts`),
-    for the one who hashes and stores it next (:func:`kept_text`)."""
-    object.__setattr__(holder, "_canonical", (value, text, members))
+    for the one who hashes and stores it next (:func:`kept_text`). A holder without
+    instance attributes (a subclass with ``__slots__``) keeps nothing."""
+    with contextlib.suppress(AttributeError, TypeError):
+        object.__setattr__(holder, "_canonical", (value, text, members))
 
 
 def kept_text(holder: Any, value: Any) -> tuple[Any, str, dict[str, str] | None] | None:

@@ -24,6 +24,7 @@ from axengine.limits import (
     canonical_list,
     canonical_parts,
     json_text_bytes,
+    keep_text,
     kept_text,
 )
 from axengine.testing import AsyncAxTestEngine
@@ -142,6 +143,17 @@ def test_the_runners_check_gives_the_canonical_text_with_the_outcome(value: Any)
         assert kept_text(outcome, copy.deepcopy(value)) is None
     if isinstance(value, dict):
         assert members == {k: canonical_json(v) for k, v in value.items()}
+
+
+def test_a_kept_text_is_found_for_the_very_value_only() -> None:
+    value = {"a": [1, 2]}
+    outcome = Success(value)
+    keep_text(outcome, value, '{"a":[1,2]}', {"a": "[1,2]"})
+    assert kept_text(outcome, value) == (value, '{"a":[1,2]}', {"a": "[1,2]"})
+    assert kept_text(outcome, {"a": [1, 2]}) is None  # equal, but another value
+    assert kept_text(Success(value), value) is None  # nothing kept on that one
+    keep_text(object(), value, "{}", None)  # no room for it: nothing kept, no error
+    assert kept_text(object(), value) is None
 
 
 @settings(max_examples=300, deadline=None)
