@@ -243,15 +243,22 @@ async def _fanned_out(engine: Engine, width: int) -> str:
     return task
 
 
+async def _siblings_claimed(engine: Engine) -> tuple[str, list[int]]:
+    """A task fanned out to eight siblings (:func:`_fanned_out`), all claimed at once:
+    the task and their fences."""
+    task = await _fanned_out(engine, 8)
+    claims = await asyncio.gather(*(engine.claim(task, f"n{i}", worker="w")
+                                    for i in range(1, 9)))
+    fences = [c.request.fence for c in claims if c.request is not None]
+    assert len(fences) == 8
+    return task, fences
+
+
 def test_siblings_completing_at_once_share_transactions(tmp_path: Path) -> None:
     async def main() -> None:
         engine, store, _ = _engine(tmp_path)
         try:
-            task = await _fanned_out(engine, 8)
-            claims = await asyncio.gather(*(engine.claim(task, f"n{i}", worker="w")
-                                            for i in range(1, 9)))
-            fences = [c.request.fence for c in claims if c.request is not None]
-            assert len(fences) == 8
+            task, fences = await _siblings_claimed(engine)
             before = store.commits
             answers = await asyncio.gather(*(engine.complete(
                 task, f"n{i}", fence=fence, outcome=Success({"v": i, "fence": fence}))
@@ -295,10 +302,7 @@ def test_a_group_writes_each_output_from_the_text_its_decision_hashed(
     async def main() -> None:
         engine, store, _ = _engine(tmp_path)
         try:
-            task = await _fanned_out(engine, 8)
-            claims = await asyncio.gather(*(engine.claim(task, f"n{i}", worker="w")
-                                            for i in range(1, 9)))
-            fences = [c.request.fence for c in claims if c.request is not None]
+            task, fences = await _siblings_claimed(engine)
             before = store.commits
             monkeypatch.setattr(json.JSONEncoder, "encode", counting)
             answers = await asyncio.gather(*(engine.complete(
