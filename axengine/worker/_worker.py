@@ -506,9 +506,9 @@ class Worker:
     async def _take_next(self, lane: str) -> WorkItem | None:
         """Pop, without waiting, the item this slot would take once the node it runs in
         ``lane`` completes — from the lanes, in the order, the serving loop would pop
-        then (that slot counted free). None: nothing waits there,
-        or a free slot waits in a pop on every lane (what is queued goes to it; asking
-        the queue would cost a round trip per node that finds nothing)."""
+        then (that slot counted free). None: nothing waits there, or a free slot waits
+        in a pop on every lane (what is queued goes to it; asking the queue would cost a
+        round trip per node that finds nothing)."""
         if self._polling:
             return None
         lanes = self._lanes_open(self._fast_in_flight - (lane == FAST_LANE))
