@@ -97,6 +97,9 @@ MAX_GROUP = 32
 #: Task inputs, and nodes' rendered inputs, whose JSON text the engine keeps (each at
 #: most the blob threshold inline).
 INPUT_TEXT_ENTRIES = 128
+#: What decisions asked for beyond what they were given, remembered by DAG, kind and
+#: node (see :class:`_Prefetch`); one that falls out is asked for again once.
+ASKED_ENTRIES = 4096
 
 Listener = Callable[[TaskRecord, Sequence[Event]], None]
 #: An outbox rule bound to its arguments: (record, holder snapshot, now) → answer, write.
@@ -148,6 +151,24 @@ class _Txn:
         return joined
 
 
+@dataclass(frozen=True)
+class _Prefetch:
+    """What a decision will most likely ask for, loaded with what it reads first: one
+    read rather than one :class:`Need` (and one more run of the rule) at a time.
+
+    ``nodes(dag)`` names what the caller knows it reads (a completion: the targets its
+    success settles). The engine adds what decisions of the same ``kind`` on the same
+    node of the same DAG asked for beyond that before (:meth:`Engine._decide_on`): a
+    DAG's nodes, and mostly its branches, are the same from task to task, so a
+    completion that evaluates the condition after it inline, skips the branches not
+    taken and counts them off at their join asks for those nodes once per DAG, not
+    once per task."""
+
+    kind: str
+    node_id: str
+    nodes: Callable[[Dag], tuple[str, ...]]
+
+
 @dataclass(eq=False)
 class _Waiting:
     """A transition waiting for its task's turn, and the answer it gets (its plan and the
@@ -155,7 +176,7 @@ class _Waiting:
 
     rule: Callable[[View], rules.Plan]
     preload: tuple[str, ...]
-    prefetch: Callable[[Dag], Need] | None
+    prefetch: _Prefetch | None
     answer: asyncio.Future[tuple[rules.Plan, View]]
 
 
@@ -326,6 +347,9 @@ class Engine(EngineReads):
         #: it ends, its input unchanged.
         self._node_inputs: Lru[tuple[str, str], tuple[Any, str, dict[str, str] | None]] = \
             Lru(INPUT_TEXT_ENTRIES)
+        #: What decisions asked for beyond what they were given (see :class:`_Prefetch`),
+        #: by (DAG hash, kind, node id).
+        self._asked: Lru[tuple[str, str, str], Need] = Lru(ASKED_ENTRIES)
         self._hub = EventHub(store, self._keys)
         #: Transitions of one task take turns in this engine (see :meth:`_apply`).
         self._task_locks: dict[str, asyncio.Lock] = {}
@@ -458,7 +482,7 @@ class Engine(EngineReads):
 
     async def _apply(
         self, task_id: str, rule: Callable[[View], rules.Plan], *,
-        preload: Iterable[str] = (), prefetch: Callable[[Dag], Need] | None = None,
+        preload: Iterable[str] = (), prefetch: _Prefetch | None = None,
     ) -> tuple[rules.Plan, View]:
         """Decide and commit one transition, re-deciding on a lost compare.
 
@@ -604,7 +628,7 @@ class Engine(EngineReads):
 
     async def _apply_once(
         self, task_id: str, rule: Callable[[View], rules.Plan], *,
-        preload: Iterable[str] = (), prefetch: Callable[[Dag], Need] | None = None,
+        preload: Iterable[str] = (), prefetch: _Prefetch | None = None,
     ) -> tuple[rules.Plan, View]:
         preload = tuple(preload)
         use_cache, lost = True, 0
@@ -634,7 +658,7 @@ class Engine(EngineReads):
 
     async def _plan(
         self, task_id: str, rule: Callable[[View], rules.Plan], *, use_cache: bool,
-        preload: Iterable[str] = (), prefetch: Callable[[Dag], Need] | None = None,
+        preload: Iterable[str] = (), prefetch: _Prefetch | None = None,
     ) -> tuple[rules.Plan, View]:
         """Decide one transition on a view of the task (see :meth:`_apply`)."""
         view = await self._view(task_id, use_cache=use_cache)
@@ -642,21 +666,43 @@ class Engine(EngineReads):
 
     async def _decide_on(self, view: View, rule: Callable[[View], rules.Plan],
                          preload: tuple[str, ...],
-                         prefetch: Callable[[Dag], Need] | None) -> rules.Plan:
+                         prefetch: _Prefetch | None) -> rules.Plan:
         """Decide on ``view``, loading into it what the rule needs."""
         for nid in preload:
             # A caller naming a node the DAG does not have is a bad request, not a
             # missing snapshot in the store.
             if view.dag.get_node(nid) is None:
                 raise NotFound(f"task {view.task.task_id!r} has no node {nid!r}")
+        key: tuple[str, str, str] | None = None
         if prefetch is not None:
-            ahead = prefetch(view.dag)
-            await self._fill(view, Need(nodes=(*preload, *ahead.nodes)))
+            key = (view.dag.hash, prefetch.kind, prefetch.node_id)
+            ahead = (*preload, *prefetch.nodes(view.dag))
+            asked = self._asked.get(key)
+            await self._fill(view, Need(nodes=ahead) if asked is None else Need(
+                nodes=(*ahead, *asked.nodes), ramps=asked.ramps,
+                durations=asked.durations, depths=asked.depths))
         elif preload:
             await self._fill(view, Need(nodes=preload))
+        needs: list[Need] = []
         while isinstance(decided := self._decide(view, rule), Need):
+            needs.append(decided)
             await self._fill(view, decided)
+        if needs and key is not None:
+            self._remember(key, needs, nodes=True)
         return decided
+
+    def _remember(self, key: tuple[str, str, str], needs: list[Need], *,
+                  nodes: bool) -> None:
+        """Add to what decisions of ``key`` (DAG hash, kind, node) asked for: the nodes
+        (unless ``nodes`` is false), ramps, run durations and queue depths of ``needs``.
+        Blob contents are not kept: which values are blobs differs from task to task."""
+        before = self._asked.get(key)
+        kept = [*needs] if before is None else [before, *needs]
+        self._asked.put(key, Need(
+            nodes=frozenset().union(*(n.nodes for n in kept)) if nodes else (),
+            ramps=frozenset().union(*(n.ramps for n in kept)),
+            durations=frozenset().union(*(n.durations for n in kept)),
+            depths=frozenset().union(*(n.depths for n in kept))))
 
     def _forget(self, view: View, plan: rules.Plan) -> None:
         """Drop from the cache what a transaction that lost its compares read or meant
@@ -944,16 +990,26 @@ class Engine(EngineReads):
         for nid in dag.nodes:
             view.snaps[nid] = Snapshot(task_id=task_id, node_id=nid, last_updated=now,
                                        preds_left=len(preds[nid]))
+        # What submits of this DAG that claimed asked for before is read first (see
+        # _Prefetch): the entry's ramp, run durations, lane depths.
+        key = (dag.hash, "submit", "")
+        asked = self._asked.get(key) if ask is not None else None
+        if asked is not None:
+            await self._fill(view, asked)
+        needs: list[Need] = []
         while isinstance(decided := self._decide(view, lambda v: rules.plan_submit(
                 v, now=now, ids=self._ids(), claim_next=ask)), Need):
             # A map at an entry asks for its items, which a new task has not; the claim
             # of an entry node (claim_for), for its dependency's ramp or its run
             # durations or a lane's depth (an adaptive timeout), which are read.
+            needs.append(decided)
             for nid in decided.nodes:
                 view.absent(nid)
             if decided.ramps or decided.durations or decided.depths:
                 await self._fill(view, Need(ramps=decided.ramps, durations=decided.durations,
                                             depths=decided.depths))
+        if needs and ask is not None:
+            self._remember(key, needs, nodes=False)
         plan = decided
         compares: list[Compare] = []
         extra: list[Op] = []
@@ -1316,11 +1372,11 @@ def _durations(raw: bytes) -> list[float]:
         return []
 
 
-def _completion_reads(node_id: str, claim_node: str) -> Callable[[Dag], Need]:
+def _completion_reads(node_id: str, claim_node: str) -> _Prefetch:
     """What a completion of ``node_id`` reads with the node itself: the targets a
     success settles (a map's item counts off on its map node), and ``claim_node``, the
-    node it may claim next."""
-    def ahead(dag: Dag) -> Need:
+    node it may claim next; and what completions of the node asked for before."""
+    def ahead(dag: Dag) -> tuple[str, ...]:
         item = parent_of(node_id)
         nodes: tuple[str, ...]
         if item is not None:
@@ -1329,6 +1385,6 @@ def _completion_reads(node_id: str, claim_node: str) -> Callable[[Dag], Need]:
             nodes = dag.nodes[node_id].targets if node_id in dag.nodes else ()
         if claim_node and dag.get_node(claim_node) is not None:
             nodes = (*nodes, claim_node)
-        return Need(nodes=nodes)
+        return nodes
 
-    return ahead
+    return _Prefetch("complete", node_id, ahead)
